@@ -1,0 +1,77 @@
+"""Turn errors and captured output into short lines that read the same on every machine and every run.
+
+A notebook's stored output is compared strictly by nbval, so anything printed from an error must not carry
+what changes between runs: absolute paths (site-packages, `/tmp/ipykernel_<pid>/...`), process ids and
+memory addresses. Several torch errors also start with blank lines, and a DataLoader wraps a worker's
+error in a paragraph, so "the first line" needs a definition; it lives here, once.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["clean", "error_line", "short_error"]
+
+# An absolute path of at least two parts: keep only its last part, which is what a reader needs.
+_PATH = re.compile(r"(?<![\w.])(?:/[\w.@+~-]+){2,}/?")
+_HEX = re.compile(r"0x[0-9a-fA-F]{4,}")
+_PIDS = re.compile(r"\b(pid\(s\)|pids?|process|PID)([ =:]+)\d+(?:\s*,\s*\d+)*")
+# "ValueError: ...", "torch.multiprocessing.spawn.ProcessRaisedException: ...", "KeyboardInterrupt"
+_ERROR_START = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Refused)\w*)(:|$)")
+
+
+def clean(text: str) -> str:
+    """Replace paths by their last part, addresses by `0x…` and process ids by `N`."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    text = _PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], text)
+    text = _HEX.sub("0x…", text)
+    return _PIDS.sub(lambda m: f"{m.group(1)}{m.group(2)}N", text)
+
+
+def _first_paragraph(lines: list[str]) -> str:
+    """The first block of non-blank lines, joined into one line."""
+    words: list[str] = []
+    for line in lines:
+        if line.strip():
+            words.append(line.strip())
+        elif words:
+            break
+    return " ".join(words)
+
+
+def error_line(text: str) -> str:
+    """The line of a traceback or log that names the error, cleaned; '' when there is none.
+
+    Takes the last line that starts with an exception name. When the message itself starts on a later
+    line (torch and multiprocessing often write `RuntimeError:` then a blank line), the first non-blank
+    paragraph after it is joined to it.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    lines = text.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        match = _ERROR_START.match(lines[i].strip())
+        if match:
+            head = lines[i].strip()
+            if head.endswith(":") or head == match.group(1):
+                rest = _first_paragraph(lines[i + 1 :])
+                head = f"{match.group(1)}: {rest}" if rest else match.group(1)
+            return clean(head)
+    return ""
+
+
+def short_error(exc: BaseException, line: str = "first") -> str:
+    """`Type: message line` for an exception, cleaned of paths, PIDs and addresses.
+
+    `line="first"` takes the first non-blank line of the message (what a DataLoader or spawn error puts
+    up front); `line="last"` takes the last one (the original error at the end of a wrapped traceback).
+    """
+    if not isinstance(exc, BaseException):
+        raise TypeError(f"exc must be an exception, got {type(exc).__name__}")
+    if line not in ("first", "last"):
+        raise ValueError(f"line must be 'first' or 'last', got {line!r}")
+    lines = [part.strip() for part in str(exc).splitlines() if part.strip()]
+    message = (lines[0] if line == "first" else lines[-1]) if lines else ""
+    name = type(exc).__name__
+    return clean(f"{name}: {message}" if message else name)

@@ -1,0 +1,312 @@
+"""Chapter 00, Orientation: processes vs threads, start methods, and torch's own threads.
+
+Every function that runs in a child process lives here (not in the notebook) because spawn and
+forkserver children re-import their target by module and name. Only the standard library is imported at
+the top: a spawned child that just burns CPU should not pay a second for `import torch`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from helpers.environment import usable_cores
+from helpers.processes import running
+
+__all__ = [
+    "busy",
+    "square",
+    "COUNTER",
+    "read_counter",
+    "thread_count",
+    "parallel_sum",
+    "acquire",
+    "fork_while_a_thread_holds_a_lock",
+    "call_in_spawned_child",
+    "ThreadsVsProcesses",
+    "threads_vs_processes",
+    "start_cost",
+    "oversubscription",
+]
+
+COUNTER = 0  # module state: a forked child sees the parent's value, a spawned child re-imports it
+
+
+def busy(n: int) -> int:
+    """Pure-Python CPU work: holds the GIL the whole time, so threads cannot run it in parallel."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"n must be an int, got {type(n).__name__}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    total = 0
+    for i in range(n):
+        total += i * i % 7
+    return total
+
+
+def square(x: float) -> float:
+    """A trivial target that spawn children can import, unlike one defined in a notebook."""
+    return x * x
+
+
+def read_counter() -> int:
+    """What the child sees of `COUNTER` (set in the parent before the child starts)."""
+    return COUNTER
+
+
+def thread_count() -> int:
+    """Threads alive in this process: a forked child has only the thread that called fork."""
+    return threading.active_count()
+
+
+def parallel_sum(threads: int) -> float:
+    """Sum 4 million ones with `threads` torch threads: a parallel OpenMP op when threads > 1."""
+    import torch
+
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be an int >= 1, got {threads!r}")
+    torch.set_num_threads(threads)
+    return float(torch.ones(4_000_000).sum())
+
+
+def acquire(lock: Any) -> str:
+    """Take a lock, the way a library call inside a child would."""
+    with lock:
+        return "acquired"
+
+
+def fork_while_a_thread_holds_a_lock(timeout: float = 2.0) -> Any:
+    """Fork while another thread of this process holds a lock; the child waits for it forever.
+
+    The child gets a copy of the lock in its locked state, but not the thread that would release it.
+    Returns the watchdog's outcome; the holding thread is released and joined before returning.
+    """
+    from helpers import watchdog
+
+    lock = threading.Lock()
+    release = threading.Event()
+    taken = threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold, name="lock-holder")
+    holder.start()
+    try:
+        taken.wait(5)
+        return watchdog.run(acquire, lock, timeout=timeout, start_method="fork", expect="hang")
+    finally:
+        release.set()
+        holder.join(5)
+
+
+def _send_result(conn: Connection, fn: Any, args: tuple[Any, ...]) -> None:
+    conn.send(fn(*args))
+    conn.close()
+
+
+def call_in_spawned_child(fn: Any, *args: Any, timeout: float = 20.0) -> Any:
+    """Run `fn(*args)` in a spawn child and return its result, or raise if the child fails.
+
+    This is what `Pool.map` and `Process(target=...)` do under spawn: the child unpickles `fn` by
+    module and name, so a function defined in a notebook (module `__main__`) cannot be found there.
+    """
+    ctx = mp.get_context("spawn")
+    receiver, sender = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_send_result, args=(sender, fn, args))
+    got, value = False, None
+    with running([proc], timeout=timeout):
+        sender.close()
+        if receiver.poll(timeout):  # also true when the child died and closed its end
+            with contextlib.suppress(EOFError):
+                value, got = receiver.recv(), True
+        proc.join(timeout)
+    receiver.close()
+    if not got:
+        raise ChildProcessError(f"the spawned child exited with code {proc.exitcode} and sent no result")
+    return value
+
+
+def _busy_after_barrier(barrier: Any, n: int, conn: Connection) -> None:
+    barrier.wait()
+    conn.send(busy(n))
+    conn.close()
+
+
+@dataclass
+class ThreadsVsProcesses:
+    """Seconds for the same pure-Python work: once alone, then on `workers` threads or processes."""
+
+    workers: int
+    start_method: str
+    one_worker: float  # one piece of work in this process
+    threads: float  # `workers` pieces on `workers` threads
+    processes: float  # `workers` pieces on `workers` processes, timed from a barrier after start-up
+    process_startup: float  # from the first start() to every process waiting at the barrier
+
+    @property
+    def ratio(self) -> float:
+        """threads / processes: how much faster processes finish the same work (limit: workers)."""
+        return self.threads / self.processes
+
+
+def threads_vs_processes(
+    n: int = 2_000_000, workers: int | None = None, start_method: str | None = None
+) -> ThreadsVsProcesses:
+    """Time `workers` copies of `busy(n)` on threads and on processes (start-up timed apart)."""
+    workers = usable_cores() if workers is None else workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+
+    t0 = time.perf_counter()
+    busy(n)
+    one = time.perf_counter() - t0
+
+    gate = threading.Barrier(workers + 1)
+    pool = [threading.Thread(target=lambda: (gate.wait(), busy(n))) for _ in range(workers)]
+    for thread in pool:
+        thread.start()
+    gate.wait()
+    t0 = time.perf_counter()
+    for thread in pool:
+        thread.join()
+    threads = time.perf_counter() - t0
+
+    ctx = mp.get_context(start_method)
+    barrier = ctx.Barrier(workers + 1)
+    pipes = [ctx.Pipe(duplex=False) for _ in range(workers)]
+    procs = [ctx.Process(target=_busy_after_barrier, args=(barrier, n, s)) for _, s in pipes]
+    t_start = time.perf_counter()
+    with running(procs):
+        for _, sender in pipes:
+            sender.close()
+        barrier.wait(timeout=120)
+        t0 = time.perf_counter()
+        for receiver, _ in pipes:
+            if not receiver.poll(120):
+                raise ChildProcessError("a worker process sent no result within 120 s")
+            receiver.recv()
+        processes = time.perf_counter() - t0
+    for receiver, _ in pipes:
+        receiver.close()
+    del barrier
+    return ThreadsVsProcesses(workers, ctx.get_start_method(), one, threads, processes, t0 - t_start)
+
+
+def _report_ready(conn: Connection) -> None:
+    import torch  # noqa: F401 - importing it is the cost being measured
+
+    conn.send("ready")
+    conn.close()
+
+
+def start_cost(methods: Sequence[str] | None = None, repeats: int = 2) -> dict[str, float]:
+    """Median seconds from `start()` until a child that imports torch is ready, per start method.
+
+    The parent imports torch first, as a notebook has: a forked child inherits it, a spawned or
+    forkserver child imports it again (forkserver's server is started on first use, and it does not
+    preload torch unless told to with `set_forkserver_preload`).
+    """
+    import torch  # noqa: F401 - inherited by fork children
+
+    available = mp.get_all_start_methods()
+    methods = list(available if methods is None else methods)
+    for method in methods:
+        if method not in available:
+            raise ValueError(f"methods must be among {available} on this platform, got {method!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    result = {}
+    for method in methods:
+        ctx = mp.get_context(method)
+        times = []
+        for _ in range(repeats):
+            receiver, sender = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_report_ready, args=(sender,))
+            t0 = time.perf_counter()
+            with running([proc]):
+                sender.close()
+                if not receiver.poll(120):
+                    raise ChildProcessError(f"a {method} child was not ready within 120 s")
+                receiver.recv()
+                times.append(time.perf_counter() - t0)
+            receiver.close()
+        result[method] = statistics.median(times)
+    return result
+
+
+def _matmul_worker(conn: Connection) -> None:
+    """Serve timing requests: ("run", threads, matmuls, start_at) -> (start, end) wall-clock times."""
+    import torch
+
+    a = torch.randn(256, 256)
+    conn.send("ready")
+    while True:
+        message = conn.recv()
+        if message is None:
+            break
+        _, threads, matmuls, start_at = message
+        torch.set_num_threads(threads)
+        a @ a  # warm up this thread count's OpenMP team outside the timed part
+        time.sleep(max(0.0, start_at - time.time()))
+        t0 = time.time()
+        for _ in range(matmuls):
+            a @ a
+        conn.send((t0, time.time()))
+    conn.close()
+
+
+def oversubscription(
+    configs: Sequence[tuple[int, int]] | None = None, matmuls: int = 1200
+) -> dict[tuple[int, int], float]:
+    """Seconds to do `matmuls` 256x256 matrix products split over M processes with N threads each.
+
+    The same total work in every configuration `(M, N)`, so the times compare directly. Workers are
+    spawned (a forked child of a kernel would hang in OpenMP as soon as it uses two threads), started
+    once and reused, and each run starts at an agreed wall-clock instant, so start-up is not timed.
+    """
+    cores = usable_cores()
+    if configs is None:
+        configs = [(1, 1), (1, cores), (cores, 1), (cores, cores), (cores, 2 * cores)]
+    configs = [tuple(c) for c in configs]
+    for config in configs:
+        if len(config) != 2 or not all(isinstance(v, int) and v >= 1 for v in config):
+            raise ValueError(f"configs must be (processes, threads) pairs of ints >= 1, got {config!r}")
+    if isinstance(matmuls, bool) or not isinstance(matmuls, int) or matmuls < 1:
+        raise ValueError(f"matmuls must be an int >= 1, got {matmuls!r}")
+    most = max(m for m, _ in configs)
+    ctx = mp.get_context("spawn")
+    pipes = [ctx.Pipe() for _ in range(most)]
+    procs = [ctx.Process(target=_matmul_worker, args=(child,)) for _, child in pipes]
+    times: dict[tuple[int, int], float] = {}
+    with running(procs, timeout=10):
+        for conn, child in pipes:
+            child.close()
+            if not conn.poll(120) or conn.recv() != "ready":
+                raise ChildProcessError("a matmul worker did not start within 120 s")
+        for m, n in configs:
+            start_at = time.time() + 0.3
+            for conn, _ in pipes[:m]:
+                conn.send(("run", n, matmuls // m, start_at))
+            spans = []
+            for conn, _ in pipes[:m]:
+                if not conn.poll(120):
+                    raise ChildProcessError("a matmul worker did not answer within 120 s")
+                spans.append(conn.recv())
+            times[(m, n)] = max(end for _, end in spans) - min(start for start, _ in spans)
+        for conn, _ in pipes:
+            conn.send(None)
+    for conn, _ in pipes:
+        conn.close()
+    return times

@@ -1,0 +1,49 @@
+"""Start a group of processes and be sure they are gone when the block ends, whatever happened inside.
+
+A notebook cell that raises halfway (a timeout, a typo, Ctrl-C) must not leave workers behind: they hold
+shared memory, file descriptors and cores, and nbval's final check finds them. `running` joins with a
+deadline, then terminates, then kills.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from multiprocessing.process import BaseProcess
+
+__all__ = ["running", "stop"]
+
+
+def stop(procs: Sequence[BaseProcess], timeout: float = 5.0) -> list[int | None]:
+    """Join each process for up to `timeout` seconds in all, then terminate, then kill; return exit codes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        if proc._popen is not None:  # started
+            proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc._popen is not None and proc.is_alive():
+            proc.terminate()
+            proc.join(1.0)
+        if proc._popen is not None and proc.is_alive():
+            proc.kill()
+            proc.join(1.0)
+    return [proc.exitcode for proc in procs]
+
+
+@contextlib.contextmanager
+def running(procs: Sequence[BaseProcess], timeout: float = 5.0) -> Iterator[Sequence[BaseProcess]]:
+    """Start `procs`, yield them, and on leaving wait for them (`timeout` s in all) or end them."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+    procs = list(procs)
+    for proc in procs:
+        if not isinstance(proc, BaseProcess):
+            raise TypeError(f"procs must hold multiprocessing Process objects, got {type(proc).__name__}")
+    try:
+        for proc in procs:
+            proc.start()
+        yield procs
+    finally:
+        stop(procs, timeout)

@@ -1,0 +1,98 @@
+"""Session-wide process hygiene: after all tests and notebooks, nothing they started may still run, and
+nothing new may be left in /dev/shm.
+
+On Linux the test process becomes a *child subreaper*: a grandchild whose parent died (a kernel killed
+by nbval, a watchdog child killed on time-out) is re-parented to the test process instead of init, so a
+leaked process anywhere below us shows up in `psutil.Process().children()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+_SHM = Path("/dev/shm")
+_GRACE = 20.0  # seconds: kernels' resource trackers clean up and exit after nbval stops the kernels
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _shm_files() -> set[str]:
+    return {p.name for p in _SHM.iterdir()} if _SHM.is_dir() else set()
+
+
+def _reap_zombies() -> None:
+    """Collect exit statuses of adopted orphans that have ended, so they do not count as alive."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+# Started by multiprocessing for the test process itself; they end when it does.
+_OWN_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def _alive_descendants() -> list[psutil.Process]:
+    me = os.getpid()
+    alive = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.ppid() == me and any(h in " ".join(proc.cmdline()) for h in _OWN_HELPERS):
+                continue
+            alive.append(proc)
+        except psutil.Error:
+            pass
+    return alive
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _become_subreaper()
+    session.config._shm_before = _shm_files()  # type: ignore[attr-defined]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config._shm_before  # type: ignore[attr-defined]
+    deadline = time.monotonic() + _GRACE
+    while True:
+        _reap_zombies()
+        leaked = _alive_descendants()
+        new_shm = sorted(_shm_files() - before)
+        if (not leaked and not new_shm) or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    problems = []
+    for proc in leaked:
+        with contextlib.suppress(psutil.Error):
+            problems.append(f"process still running: pid {proc.pid}: {' '.join(proc.cmdline())[:200]}")
+    problems += [f"file left in /dev/shm: {name}" for name in new_shm]
+    if problems:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = ["process hygiene check FAILED:", *problems]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True)
+        else:
+            print("\n".join(lines), file=sys.stderr)
+        for proc in leaked:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,46 @@
+import json
+
+import pytest
+
+from helpers import bench
+
+
+def test_figures_are_ratios_with_limits():
+    fig = bench.threads_vs_processes(n=20_000, rounds=1)
+    assert fig.ratio > 0 and fig.limit >= 1 and fig.floor == pytest.approx(0.8 * fig.limit)
+    assert fig.meets_floor in (True, False)
+    assert {"threads_s", "processes_s", "process_startup_s", "start_method"} <= set(fig.details)
+
+
+def test_spawn_vs_fork_start_is_measured():
+    import multiprocessing as mp
+
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork here")
+    fig = bench.spawn_vs_fork_start(repeats=1)
+    assert fig.ratio > 1 and fig.limit is None and fig.meets_floor is None
+    assert fig.details["spawn_s"] > fig.details["fork_s"] > 0
+
+
+def test_json_output(monkeypatch, capsys):
+    monkeypatch.setitem(bench.FIGURES, "threads_vs_processes", lambda: bench.threads_vs_processes(20_000, 1))
+    assert bench.main(["threads_vs_processes", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    figure = payload["threads_vs_processes"]
+    assert {"ratio", "limit", "what", "floor", "meets_floor"} <= set(figure)
+
+
+def test_table_and_list(monkeypatch, capsys):
+    fake = bench.Figure(ratio=1.0, limit=2.0, what="a fake figure", floor=1.5, details={"x_s": 0.5})
+    monkeypatch.setattr(bench, "FIGURES", {"fake": lambda: fake})
+    assert bench.main(["--check"]) == 1  # below its floor
+    out = capsys.readouterr().out
+    assert "fake" in out and "NO" in out and "x_s=0.500" in out
+    assert bench.main(["--list"]) == 0
+
+
+def test_unknown_figure_is_an_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        bench.main(["no_such_figure"])
+    assert info.value.code == 2
+    assert "unknown figure" in capsys.readouterr().err

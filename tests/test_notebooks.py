@@ -1,0 +1,106 @@
+"""Notebook hygiene: the committed notebooks are complete lessons, executed cleanly, in one order.
+
+nbval checks that the stored outputs are still produced; these tests check that what is stored is fit to
+be checked and to be taught from: executed top to bottom, no stray errors, no widget state, the lesson
+structure of the course guide, reasons next to every ignored output, and no machine-specific paths.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+IDS = [path.name for path in NOTEBOOKS]
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _code_cells(nb: dict) -> list[dict]:
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def test_notebooks_exist_and_are_numbered_in_order():
+    assert NOTEBOOKS, "no notebooks found"
+    numbers = [int(path.name[:2]) for path in NOTEBOOKS]
+    assert all(re.match(r"^\d\d_[a-z0-9_]+\.ipynb$", p.name) for p in NOTEBOOKS), IDS
+    assert numbers == list(range(len(numbers))), f"notebooks must be numbered 00, 01, ... without gaps: {IDS}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_executed_top_to_bottom(path):
+    counts = [c.get("execution_count") for c in _code_cells(_load(path))]
+    assert counts == list(range(1, len(counts) + 1)), f"execution counts {counts}: regenerate with `make notebooks`"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_no_error_outputs_outside_raises_cells(path):
+    for i, cell in enumerate(_code_cells(_load(path))):
+        if "NBVAL_RAISES_EXCEPTION" in _source(cell):
+            continue
+        errors = [o for o in cell.get("outputs", []) if o["output_type"] == "error"]
+        assert not errors, f"code cell {i} stores an error: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_no_widget_state_or_volatile_metadata(path):
+    nb = _load(path)
+    assert "widgets" not in nb["metadata"], "widget state stored in the notebook metadata"
+    assert nb["metadata"].get("kernelspec", {}).get("name") == "python3", "kernel must be python3"
+    for i, cell in enumerate(nb["cells"]):
+        assert "execution" not in cell.get("metadata", {}), f"cell {i} stores execution timestamps"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_lesson_structure(path):
+    nb = _load(path)
+    markdown = [_source(c) for c in nb["cells"] if c["cell_type"] == "markdown"]
+    header = markdown[0] if markdown else ""
+    assert header.lstrip().startswith("# "), "the first cell must be a markdown title"
+    for word in ("**Questions**", "**Objectives**", "min"):
+        assert word in header, f"the header cell must state {word}"
+    assert any(m.lstrip().startswith("## Key points") for m in markdown), "a '## Key points' cell is missing"
+    exercises = [m for m in markdown if m.lstrip().startswith("### Exercise")]
+    assert len(exercises) >= 2, "at least two exercises"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_solutions_are_collapsed_and_checked(path):
+    cells = _load(path)["cells"]
+    solutions = [c for c in cells if c["cell_type"] == "code" and _source(c).lstrip().startswith("# Solution")]
+    assert len(solutions) >= 2, "each exercise needs a solution cell starting with '# Solution'"
+    for cell in solutions:
+        assert cell["metadata"].get("jupyter", {}).get("source_hidden") is True, "solutions must be collapsed"
+        assert "checks." in _source(cell), "a solution cell must run its checker"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_ignored_outputs_say_why(path):
+    for i, cell in enumerate(_code_cells(_load(path))):
+        lines = [line.strip() for line in _source(cell).splitlines()]
+        for k, line in enumerate(lines):
+            if line == "# NBVAL_IGNORE_OUTPUT":
+                reason = lines[k + 1] if k + 1 < len(lines) else ""
+                assert reason.startswith("#") and len(reason.lstrip("# ")) > 3, (
+                    f"code cell {i}: put the reason on the comment line right below # NBVAL_IGNORE_OUTPUT"
+                )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_checked_outputs_carry_no_machine_paths(path):
+    for i, cell in enumerate(_code_cells(_load(path))):
+        if "NBVAL_IGNORE_OUTPUT" in _source(cell):
+            continue
+        text = json.dumps(cell.get("outputs", []))
+        for pattern in (r"/tmp/ipykernel_\d+", r"site-packages", r"/home/\w+", r"/work/"):
+            assert not re.search(pattern, text), f"code cell {i} prints a machine-specific path ({pattern})"

@@ -1,0 +1,38 @@
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from helpers import plots  # noqa: E402
+
+
+def test_speedup_bars_draws_bars_and_limit():
+    fig = plots.speedup_bars(["a", "b"], [1.0, 1.9], limit=2, title="t")
+    ax = fig.axes[0]
+    assert len(ax.patches) == 2
+    assert any(line.get_ydata()[0] == 2 for line in ax.get_lines())
+    plt.close(fig)
+
+
+def test_seconds_bars_highlight_and_log():
+    fig = plots.seconds_bars(["x", "y"], [0.1, 2.0], "t", highlight=[False, True], highlight_label="bad", log=True)
+    assert fig.axes[0].get_yscale() == "log"
+    plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    "labels, values",
+    [(["a"], [1.0, 2.0]), ([], []), (["a"], [-1.0]), (["a"], ["1"]), ("ab", [1.0, 2.0])],
+)
+def test_bad_inputs(labels, values):
+    with pytest.raises(ValueError):
+        plots.speedup_bars(labels, values, limit=1, title="t")
+    with pytest.raises(ValueError):
+        plots.seconds_bars(labels, values, "t")
+
+
+def test_highlight_length_must_match():
+    with pytest.raises(ValueError, match="highlight"):
+        plots.seconds_bars(["a"], [1.0], "t", highlight=[True, False])

@@ -1,0 +1,36 @@
+import multiprocessing as mp
+import time
+
+import pytest
+
+from helpers.processes import running, stop
+
+
+def test_running_joins_finished_processes():
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=time.sleep, args=(0.1,)) for _ in range(2)]
+    with running(procs):
+        pass
+    assert [p.exitcode for p in procs] == [0, 0]
+
+
+def test_running_ends_stuck_processes_even_when_the_block_raises():
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=time.sleep, args=(100,))]
+    start = time.monotonic()
+    with pytest.raises(KeyError), running(procs, timeout=0.5):
+        raise KeyError("the cell failed")
+    assert time.monotonic() - start < 10
+    assert not procs[0].is_alive() and procs[0].exitcode is not None
+
+
+def test_stop_skips_processes_never_started():
+    proc = mp.get_context("spawn").Process(target=time.sleep, args=(0,))
+    assert stop([proc]) == [None]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="timeout"), running([], timeout=-1):
+        pass
+    with pytest.raises(TypeError, match="Process objects"), running(["not a process"]):
+        pass

@@ -1,0 +1,179 @@
+"""The watchdog must always return, report where a hang was stuck, and leave no process behind."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from helpers import watchdog
+
+METHODS = [m for m in ("fork", "spawn") if m in mp.get_all_start_methods()]
+
+
+# Targets live at module level so that spawn children can import them.
+def returns(x):
+    return x * 2
+
+
+def raises():
+    raise ValueError("boom")
+
+
+def waits_on_queue():
+    queue = mp.get_context("spawn").SimpleQueue()
+    queue.get()
+
+
+def sleeps_forever():
+    time.sleep(1000)
+
+
+def hangs_in_grandchild():
+    child = mp.get_context("spawn").Process(target=sleeps_forever)
+    child.start()
+    child.join()
+
+
+def dies_of_sigsegv():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def writes_output():
+    print("to stdout")
+    os.write(2, b"RuntimeError: written to fd 2 at /some/long/path/file.py\n")
+    return "done"
+
+
+def no_children_left():
+    """Nothing below the test process but multiprocessing's own per-interpreter helpers."""
+    alive = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    alive = [p for p in alive if not is_multiprocessing_helper(p)]
+    assert not alive, f"leftover processes: {alive}"
+
+
+def is_multiprocessing_helper(proc):
+    cmdline = " ".join(proc.cmdline())
+    return "multiprocessing.resource_tracker" in cmdline or "multiprocessing.forkserver" in cmdline
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_returns(method):
+    outcome = watchdog.run(returns, 21, start_method=method, timeout=30)
+    assert outcome.status == "returned" and outcome.value == 42
+    assert str(outcome) == "returned 42"
+    no_children_left()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_raises(method):
+    outcome = watchdog.run(raises, start_method=method, timeout=30, expect="raise")
+    assert outcome.status == "raised"
+    assert outcome.error == "ValueError: boom"
+    assert str(outcome) == "raised as expected ValueError: boom in `raises`"
+    no_children_left()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_hang_reports_where_it_was_stuck(method):
+    start = time.monotonic()
+    outcome = watchdog.run(waits_on_queue, start_method=method, timeout=1.5, expect="hang")
+    assert time.monotonic() - start < 10
+    assert outcome.status == "hung" and outcome.as_expected
+    assert outcome.stuck_in == ["SimpleQueue.get", "waits_on_queue"]
+    assert str(outcome) == "hung as expected: killed after 1.5 s, stuck in `SimpleQueue.get` <- `waits_on_queue`"
+    no_children_left()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_hang_in_grandchild_kills_the_whole_tree(method):
+    outcome = watchdog.run(hangs_in_grandchild, start_method=method, timeout=2.0)
+    assert outcome.status == "hung"
+    assert outcome.killed >= 2  # the child and at least the sleeping grandchild
+    assert outcome.stuck_in[-1] == "hangs_in_grandchild"
+    assert "BaseProcess.join" in outcome.stuck_in
+    no_children_left()
+    sleepers = [p for p in psutil.process_iter(["cmdline"]) if "sleeps_forever" in " ".join(p.info["cmdline"] or [])]
+    assert not sleepers
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_death_by_signal(method):
+    outcome = watchdog.run(dies_of_sigsegv, start_method=method, timeout=30, expect="die")
+    assert outcome.status == "died" and outcome.signal == "SIGSEGV"
+    assert str(outcome) == "died as expected of SIGSEGV in `dies_of_sigsegv`"
+    no_children_left()
+
+
+def test_output_is_captured_and_cleaned():
+    outcome = watchdog.run(writes_output, timeout=30)
+    assert outcome.value == "done"
+    assert "to stdout" in outcome.stderr
+    assert outcome.stderr_error == "RuntimeError: written to fd 2 at …/file.py"
+
+
+def test_notebook_style_function_fails_under_spawn_with_the_real_error():
+    def local(x):  # not importable by a spawn child, like a function defined in a notebook
+        return x
+
+    with pytest.raises((AttributeError, TypeError, Exception)):
+        # pickling a local function fails in the parent, exactly as multiprocessing would
+        watchdog.run(local, 1, start_method="spawn")
+
+
+def test_unexpected_outcome_is_flagged():
+    outcome = watchdog.run(returns, 1, timeout=30, expect="hang")
+    assert str(outcome).startswith("UNEXPECTED (wanted: hang): returned 2")
+
+
+def test_run_script_returns_and_captures(tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("import sys\nprint('argv', sys.argv[1:])\n")
+    outcome = watchdog.run_script(script, ["a", "b"], timeout=30)
+    assert outcome.status == "returned" and outcome.value == 0
+    assert "argv ['a', 'b']" in outcome.stderr
+
+
+def test_run_script_failure_and_hang(tmp_path):
+    failing = tmp_path / "fails.py"
+    failing.write_text("raise KeyError('missing')\n")
+    outcome = watchdog.run_script(failing, timeout=30)
+    assert outcome.status == "raised" and outcome.value == 1
+    assert outcome.error == "KeyError: 'missing'"
+    hanging = tmp_path / "hangs.py"
+    hanging.write_text("import time\n\ndef wait():\n    time.sleep(1000)\n\nwait()\n")
+    outcome = watchdog.run_script(hanging, timeout=1.5)
+    assert outcome.status == "hung"
+    assert outcome.stuck_in == ["wait", "<module>"]
+    no_children_left()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"timeout": 0}, ValueError),
+        ({"timeout": -1}, ValueError),
+        ({"timeout": "3"}, TypeError),
+        ({"timeout": True}, TypeError),
+        ({"expect": "hangs"}, ValueError),
+        ({"start_method": "thread"}, ValueError),
+    ],
+)
+def test_bad_arguments(kwargs, error):
+    with pytest.raises(error):
+        watchdog.run(returns, 1, **kwargs)
+
+
+def test_bad_target_and_script(tmp_path):
+    with pytest.raises(TypeError, match="target must be callable"):
+        watchdog.run(42)
+    with pytest.raises(ValueError, match="existing file"):
+        watchdog.run_script(tmp_path / "missing.py")
+    with pytest.raises(TypeError, match="args must be"):
+        watchdog.run_script(__file__, "a b")
+    with pytest.raises(TypeError, match="script must be a path"):
+        watchdog.run_script(3)
