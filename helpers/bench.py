@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for name, fn in FIGURES.items():
-            print(f"{name}: {(fn.__doc__ or '').strip().splitlines()[0]}")
+            print(f"{name}: {(fn.__doc__ or 'no description').strip().splitlines()[0]}")
         return 0
     unknown = [name for name in args.names if name not in FIGURES]
     if unknown:

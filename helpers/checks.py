@@ -1,5 +1,8 @@
-"""Checkers for the exercises: each prints one verdict line (and a hint when the answer is not there yet)
-and returns True or False, so a learner can also assert on it.
+"""Checkers for the exercises: each returns a `Verdict`, which a notebook shows as one line ("Correct: ..."
+or "Not yet: ... hint") and which is truthy only when the answer is right, so it can also be asserted.
+
+A verdict is returned, not printed: nbval runs cells without storing history, so IPython cannot see a
+trailing `;` there, and a checker that printed *and* returned a value would show two outputs.
 
 A checker must give the same verdict on every machine for the same answer: it tests the answer on fixed
 cases or by running it under the watchdog, never by timing it.
@@ -13,19 +16,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["verdict", "threads_per_process", "fork_safe_settings", "main_guard_script"]
+__all__ = ["Verdict", "verdict", "threads_per_process", "fork_safe_settings", "main_guard_script"]
 
 
-def verdict(ok: bool, praise: str, hint: str) -> bool:
-    """Print `Correct: praise` or `Not yet: hint`; return ok."""
-    print(f"Correct: {praise}" if ok else f"Not yet: {hint}")
-    return bool(ok)
+class Verdict:
+    """The result of a checker: `bool(v)` says whether the answer is right, `repr(v)` says why."""
+
+    def __init__(self, ok: bool, message: str) -> None:
+        self.ok = bool(ok)
+        self.message = message
+
+    def __bool__(self) -> Verdict:
+        return self.ok
+
+    def __repr__(self) -> str:
+        return self.message
+
+
+def verdict(ok: bool, praise: str, hint: str) -> Verdict:
+    """`Correct: praise` when ok, else `Not yet: hint`."""
+    return Verdict(ok, f"Correct: {praise}" if ok else f"Not yet: {hint}")
 
 
 # ---- 00 Orientation --------------------------------------------------------------------------------
 
 
-def threads_per_process(fn: Callable[[int, int], Any]) -> bool:
+def threads_per_process(fn: Callable[[int, int], Any]) -> Verdict:
     """Exercise: `fn(processes, cores)` returns the torch threads each process should use."""
     if not callable(fn):
         raise TypeError(f"fn must be a function (processes, cores) -> threads, got {type(fn).__name__}")
@@ -48,7 +64,7 @@ def threads_per_process(fn: Callable[[int, int], Any]) -> bool:
     return verdict(True, "processes x threads never exceeds the cores, and every process gets >= 1.", "")
 
 
-def fork_safe_settings(start_method: Any, threads: Any, timeout: float = 3.0) -> bool:
+def fork_safe_settings(start_method: Any, threads: Any, timeout: float = 3.0) -> Verdict:
     """Exercise: pick a start method and thread count so `parallel_sum` runs with >= 2 threads."""
     from helpers import orientation, watchdog
 
@@ -68,7 +84,7 @@ def fork_safe_settings(start_method: Any, threads: Any, timeout: float = 3.0) ->
     return verdict(True, f"{start_method} with {threads} threads finished: {outcome}.", "")
 
 
-def main_guard_script(source: Any, timeout: float = 5.0) -> bool:
+def main_guard_script(source: Any, timeout: float = 5.0) -> Verdict:
     """Exercise: a script with a spawn Pool must finish and print its results when run as a file."""
     from helpers import watchdog
 

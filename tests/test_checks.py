@@ -3,10 +3,10 @@ import pytest
 from helpers import checks
 
 
-def test_verdict_prints_and_returns(capsys):
-    assert checks.verdict(True, "well done", "try again") is True
-    assert checks.verdict(False, "well done", "try again") is False
-    assert capsys.readouterr().out == "Correct: well done\nNot yet: try again\n"
+def test_verdict_is_truthy_only_when_right_and_reads_as_one_line():
+    good, bad = checks.verdict(True, "well done", "try again"), checks.verdict(False, "well done", "try again")
+    assert bool(good) is True and repr(good) == "Correct: well done"
+    assert bool(bad) is False and repr(bad) == "Not yet: try again"
 
 
 @pytest.mark.parametrize(
@@ -20,9 +20,10 @@ def test_verdict_prints_and_returns(capsys):
         (lambda p, c: max(1.0, c / p), False),
     ],
 )
-def test_threads_per_process(fn, ok, capsys):
-    assert checks.threads_per_process(fn) is ok
-    assert capsys.readouterr().out.startswith("Correct" if ok else "Not yet")
+def test_threads_per_process(fn, ok):
+    result = checks.threads_per_process(fn)
+    assert bool(result) is ok
+    assert repr(result).startswith("Correct" if ok else "Not yet")
 
 
 def test_threads_per_process_needs_a_function():
@@ -30,12 +31,11 @@ def test_threads_per_process_needs_a_function():
         checks.threads_per_process(4)
 
 
-def test_fork_safe_settings_verdicts(capsys):
-    assert checks.fork_safe_settings(None, None) is False
-    assert checks.fork_safe_settings("thread", 2) is False
-    assert checks.fork_safe_settings("spawn", 1) is False
-    assert checks.fork_safe_settings("spawn", 2, timeout=60) is True
-    assert "Correct" in capsys.readouterr().out
+def test_fork_safe_settings_verdicts():
+    assert not checks.fork_safe_settings(None, None)
+    assert not checks.fork_safe_settings("thread", 2)
+    assert not checks.fork_safe_settings("spawn", 1)
+    assert repr(checks.fork_safe_settings("spawn", 2, timeout=60)).startswith("Correct")
 
 
 def test_fork_safe_settings_catches_the_openmp_hang():
@@ -46,7 +46,8 @@ def test_fork_safe_settings_catches_the_openmp_hang():
     import torch
 
     torch.ones(4_000_000).sum()  # make sure OpenMP's pool exists in this process
-    assert checks.fork_safe_settings("fork", 2, timeout=3) is False
+    result = checks.fork_safe_settings("fork", 2, timeout=3)
+    assert not result and "hung" in repr(result)
 
 
 GOOD = """
@@ -61,9 +62,12 @@ if __name__ == "__main__":
 """
 
 
-def test_main_guard_script_verdicts(capsys):
-    assert checks.main_guard_script(GOOD, timeout=30) is True
-    assert checks.main_guard_script(GOOD.replace("print(", "(").replace('"results:", ', ""), timeout=30) is False
-    assert checks.main_guard_script("", timeout=5) is False
-    assert checks.main_guard_script(None, timeout=5) is False
-    assert checks.main_guard_script("raise SystemExit(2)", timeout=5) is False
+def test_main_guard_script_verdicts():
+    assert checks.main_guard_script(GOOD, timeout=30)
+    assert not checks.main_guard_script(GOOD.replace("print(", "(").replace('"results:", ', ""), timeout=30)
+    unguarded = GOOD.replace('if __name__ == "__main__":\n    ', "").replace("\n        print", "\n    print")
+    result = checks.main_guard_script(unguarded, timeout=3)
+    assert not result and "hung" in repr(result) and "bootstrapping phase" in repr(result)
+    assert not checks.main_guard_script("", timeout=5)
+    assert not checks.main_guard_script(None, timeout=5)
+    assert not checks.main_guard_script("raise SystemExit(2)", timeout=5)

@@ -1,10 +1,13 @@
-"""Make spawn the default start method in every Python process that has this folder on PYTHONPATH.
+"""Make spawn the *platform default* start method in every Python process with this folder on PYTHONPATH.
 
 `make test` runs the notebooks a second time with it, so that they are checked as they run on macOS and
-Windows (and, for forkserver-like behaviour, on Linux with Python >= 3.14): every worker must be
-importable and every cell must print the same as under fork.
+Windows: every worker must be importable and every cell must print the same as under fork.
+
+This swaps the default the way macOS has it, instead of calling `set_start_method("spawn", force=True)`:
+the latter *fixes* the context, so a script run from a notebook that calls `set_start_method` itself
+would fail with "context has already been set", which it would not do on a Mac.
 """
 
-import multiprocessing
+import multiprocessing.context as _context
 
-multiprocessing.set_start_method("spawn", force=True)
+_context._default_context._default_context = _context._concrete_contexts["spawn"]
