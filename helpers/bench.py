@@ -15,6 +15,7 @@ import json
 import multiprocessing as mp
 import statistics
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -76,9 +77,85 @@ def spawn_vs_fork_start(repeats: int = 3) -> Figure:
     )
 
 
+def dataloader_io(workers: int = 8, delay: float = 0.01, batch_size: int = 4) -> Figure:
+    """I/O-bound dataset (`delay` s of waiting per sample): samples/s with `workers` workers / with 0."""
+    from helpers import loading
+
+    rounds = 8  # batches per worker in the timed part
+    warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores, on purpose
+    base = loading.measure_throughput(loading.SleepyDataset(n=24 * batch_size, delay=delay), 0, batch_size)
+    many_ds = loading.SleepyDataset(n=(rounds + 1) * workers * batch_size, delay=delay)
+    many = loading.measure_throughput(many_ds, workers, batch_size)
+    return Figure(
+        ratio=many.samples_per_s / base.samples_per_s,
+        limit=float(workers),
+        floor=6.0,
+        what=f"I/O-bound loading ({delay * 1000:g} ms wait per sample): {workers} workers / num_workers=0",
+        details={
+            "samples_per_s_0": base.samples_per_s,
+            f"samples_per_s_{workers}": many.samples_per_s,
+            f"startup_s_{workers}": many.startup,
+            "start_method": default_start_method(),
+        },
+    )
+
+
+def _light_step(model: Any, optimizer: Any) -> Callable[[Any], None]:
+
+    def step(batch: Any) -> None:
+        optimizer.zero_grad()
+        loss = model(batch).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def dataloader_cpu(work: int = 20_000, batch_size: int = 8, batches: int = 40) -> Figure:
+    """Pure-Python per-sample work plus a light training step, main at 1 torch thread: samples/s of the
+    best of 1..usable-cores workers / num_workers=0. Torch-op augmentation reported beside it."""
+    import torch
+
+    from helpers import loading
+
+    cores = usable_cores()
+    threads = torch.get_num_threads()
+    model = torch.nn.Linear(8, 1)
+    step = _light_step(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    try:
+        torch.set_num_threads(1)
+        python_ds = loading.BusyDataset(n=(batches + cores) * batch_size, work=work)
+        results = {n: loading.measure_throughput(python_ds, n, batch_size, step=step) for n in range(cores + 1)}
+        torch.set_num_threads(threads)  # torch-op augmentation: the main process gets every core
+        torch_ds = loading.TorchAugmentDataset(n=(batches + cores) * batch_size)
+        torch_results = {n: loading.measure_throughput(torch_ds, n, batch_size, step=step) for n in range(cores + 1)}
+    finally:
+        torch.set_num_threads(threads)
+    best = max(range(1, cores + 1), key=lambda n: results[n].samples_per_s)
+    torch_best = max(range(1, cores + 1), key=lambda n: torch_results[n].samples_per_s)
+    return Figure(
+        ratio=results[best].samples_per_s / results[0].samples_per_s,
+        limit=float(cores),
+        floor=0.75 * cores,
+        what="pure-Python augmentation + light step, main at 1 thread: best 1..cores workers / 0 workers",
+        details={
+            "best_num_workers": best,
+            "samples_per_s_0": results[0].samples_per_s,
+            "samples_per_s_best": results[best].samples_per_s,
+            "startup_s_best": results[best].startup,
+            "torch_ops_ratio_main_all_threads": torch_results[torch_best].samples_per_s
+            / torch_results[0].samples_per_s,
+            "torch_ops_best_num_workers": torch_best,
+            "start_method": default_start_method(),
+        },
+    )
+
+
 FIGURES: dict[str, Callable[[], Figure]] = {
     "threads_vs_processes": threads_vs_processes,
     "spawn_vs_fork_start": spawn_vs_fork_start,
+    "dataloader_io": dataloader_io,
+    "dataloader_cpu": dataloader_cpu,
 }
 
 

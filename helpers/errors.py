@@ -15,7 +15,7 @@ __all__ = ["clean", "error_line", "short_error"]
 # An absolute path of at least two parts: keep only its last part, which is what a reader needs.
 _PATH = re.compile(r"(?<![\w.])(?:/[\w.@+~-]+){2,}/?")
 _HEX = re.compile(r"0x[0-9a-fA-F]{4,}")
-_PIDS = re.compile(r"\b(pid\(s\)|pids?|process|PID)([ =:]+)\d+(?:\s*,\s*\d+)*")
+_PIDS = re.compile(r"\b(pid\(s\)|pids?|PID)([ =:]+)\d+(?:\s*,\s*\d+)*")
 # "ValueError: ...", "torch.multiprocessing.spawn.ProcessRaisedException: ...", "KeyboardInterrupt"
 _ERROR_START = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Refused)\w*)(:|$)")
 
@@ -74,4 +74,8 @@ def short_error(exc: BaseException, line: str = "first") -> str:
     lines = [part.strip() for part in str(exc).splitlines() if part.strip()]
     message = (lines[0] if line == "first" else lines[-1]) if lines else ""
     name = type(exc).__name__
-    return clean(f"{name}: {message}" if message else name)
+    if not message:
+        return name
+    if line == "last" and _ERROR_START.match(message):  # a wrapped traceback's last line names its error
+        return clean(message)
+    return clean(f"{name}: {message}")

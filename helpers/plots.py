@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-__all__ = ["speedup_bars", "seconds_bars"]
+__all__ = ["speedup_bars", "bars", "scaling", "timelines"]
 
 _OK, _BAD, _NEUTRAL = "#4c72b0", "#c44e52", "#8c8c8c"
 
@@ -44,23 +44,26 @@ def speedup_bars(
     return fig
 
 
-def seconds_bars(
+def bars(
     labels: Sequence[str],
-    seconds: Sequence[float],
+    values: Sequence[float],
     title: str,
+    unit: str = "s",
     highlight: Sequence[bool] | None = None,
     highlight_label: str = "",
     log: bool = False,
 ) -> Figure:
-    """Seconds per variant as bars; `highlight` colours the bars that break a rule (e.g. oversubscribed)."""
-    _check(labels, seconds, "seconds")
+    """One value per variant as bars (seconds by default); `highlight` colours the bars that break a
+    rule (e.g. oversubscribed)."""
+    _check(labels, values, "values")
+    seconds = values
     if highlight is not None and len(highlight) != len(seconds):
         raise ValueError("highlight must have one entry per bar")
     colours = [_BAD if flag else _OK for flag in highlight] if highlight is not None else [_OK] * len(seconds)
     fig, ax = plt.subplots(figsize=(6, 3.2))
     bars = ax.bar(labels, seconds, color=colours)
-    ax.bar_label(bars, fmt="%.2f s")
-    ax.set_ylabel("seconds")
+    ax.bar_label(bars, fmt=f"%.2f {unit}")
+    ax.set_ylabel({"s": "seconds", "MB": "MB"}.get(unit, unit))
     if log:
         ax.set_yscale("log")
     else:
@@ -69,5 +72,59 @@ def seconds_bars(
         ax.bar(0, 0, color=_BAD, label=highlight_label)
         ax.legend(loc="upper left")
     ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def scaling(
+    workers: Sequence[int],
+    speedups: Sequence[float],
+    cores: int,
+    title: str,
+    ideal: Sequence[float] | None = None,
+    label: str = "measured",
+) -> Figure:
+    """Speed-up against a worker count, with the ideal line and the usable cores marked."""
+    _check([str(w) for w in workers], speedups, "speedups")
+    ideal = [max(1, w) for w in workers] if ideal is None else ideal
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    ax.plot(workers, ideal, color=_NEUTRAL, linestyle="--", label="ideal")
+    ax.plot(workers, speedups, color=_OK, marker="o", label=label)
+    ax.axvline(cores, color=_BAD, linestyle=":", label=f"usable cores: {cores}")
+    ax.set_xlabel("num_workers")
+    ax.set_ylabel("speed-up over num_workers=0 (x)")
+    ax.set_xticks(list(workers))
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def timelines(
+    rows: Sequence[tuple[str, Sequence[tuple[int, int, float, float]], Sequence[tuple[int, float]]]],
+) -> Figure:
+    """A Gantt chart per loader: one lane per worker (and the main process), a bar per batch loaded,
+    numbered by batch, and a tick where the main loop received each batch."""
+    if not rows:
+        raise ValueError("rows must hold at least one (title, spans, consumed) triple")
+    end = max(max([s[3] for s in spans] + [c[1] for c in consumed]) for _, spans, consumed in rows)
+    fig, axes = plt.subplots(len(rows), 1, figsize=(8, 1.2 + 1.1 * len(rows)), sharex=True, squeeze=False)
+    colours = plt.get_cmap("tab10")
+    for ax, (title, spans, consumed) in zip(axes[:, 0], rows, strict=True):
+        lanes = sorted({worker for _, worker, _, _ in spans})
+        lane_of = {worker: i + 1 for i, worker in enumerate(lanes)}
+        for batch, worker, start, stop in spans:
+            y = lane_of[worker]
+            ax.barh(
+                y, stop - start, left=start, height=0.6, color=colours(batch % 10), edgecolor="black", linewidth=0.3
+            )
+            ax.text((start + stop) / 2, y, str(batch), ha="center", va="center", fontsize=7)
+        ax.scatter([t for _, t in consumed], [0] * len(consumed), marker="|", s=120, color="black")
+        ax.set_yticks([0] + [lane_of[w] for w in lanes])
+        ax.set_yticklabels(["main gets"] + ["main loads" if w < 0 else f"worker {w}" for w in lanes], fontsize=8)
+        ax.set_ylim(-0.7, len(lanes) + 0.7)
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.set_xlim(0, end * 1.02)
+    axes[-1, 0].set_xlabel("seconds since iter(loader)")
     fig.tight_layout()
     return fig

@@ -6,6 +6,10 @@ from helpers.errors import clean, error_line, short_error
 def test_clean_removes_paths_addresses_and_pids():
     text = 'File "/tmp/ipykernel_123/456.py", at 0x7f3a2b1c, DataLoader worker (pid(s) 4242, 4243) exited'
     assert clean(text) == 'File "…/456.py", at 0x…, DataLoader worker (pid(s) N) exited'
+    assert (
+        clean("Caught ValueError in DataLoader worker process 0.")
+        == "Caught ValueError in DataLoader worker process 0."
+    )
     assert clean("pid 17 died") == "pid N died"
     assert clean("plain words stay") == "plain words stay"
 
@@ -21,7 +25,8 @@ def test_error_line_joins_a_message_that_starts_on_the_next_line():
 def test_short_error_first_and_last_line():
     exc = RuntimeError("\n\nCaught ValueError in worker\nOriginal Traceback\nValueError: at /a/b/c.py")
     assert short_error(exc) == "RuntimeError: Caught ValueError in worker"
-    assert short_error(exc, line="last") == "RuntimeError: ValueError: at …/c.py"
+    assert short_error(exc, line="last") == "ValueError: at …/c.py"
+    assert short_error(ValueError("a\nplain last line"), line="last") == "ValueError: plain last line"
     assert short_error(KeyError()) == "KeyError"
 
 

@@ -16,8 +16,8 @@ def test_speedup_bars_draws_bars_and_limit():
     plt.close(fig)
 
 
-def test_seconds_bars_highlight_and_log():
-    fig = plots.seconds_bars(["x", "y"], [0.1, 2.0], "t", highlight=[False, True], highlight_label="bad", log=True)
+def test_bars_highlight_and_log():
+    fig = plots.bars(["x", "y"], [0.1, 2.0], "t", highlight=[False, True], highlight_label="bad", log=True)
     assert fig.axes[0].get_yscale() == "log"
     plt.close(fig)
 
@@ -30,9 +30,9 @@ def test_bad_inputs(labels, values):
     with pytest.raises(ValueError):
         plots.speedup_bars(labels, values, limit=1, title="t")
     with pytest.raises(ValueError):
-        plots.seconds_bars(labels, values, "t")
+        plots.bars(labels, values, "t")
 
 
 def test_highlight_length_must_match():
     with pytest.raises(ValueError, match="highlight"):
-        plots.seconds_bars(["a"], [1.0], "t", highlight=[True, False])
+        plots.bars(["a"], [1.0], "t", highlight=[True, False])
