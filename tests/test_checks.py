@@ -71,3 +71,29 @@ def test_main_guard_script_verdicts():
     assert not checks.main_guard_script("", timeout=5)
     assert not checks.main_guard_script(None, timeout=5)
     assert not checks.main_guard_script("raise SystemExit(2)", timeout=5)
+
+
+def test_worker_init_fn_checker():
+    from helpers.loading import reseed_stored_rng
+
+    assert not checks.worker_init_fn(None)
+    assert checks.worker_init_fn(reseed_stored_rng)
+    assert not checks.worker_init_fn(lambda worker_id: None)  # still duplicated
+    with pytest.raises(TypeError, match="fn must be a function"):
+        checks.worker_init_fn(3)
+
+
+def test_shard_bounds_checker():
+    from helpers.loading import shard_bounds
+
+    assert not checks.shard_bounds(None)
+    assert checks.shard_bounds(shard_bounds)
+    assert not checks.shard_bounds(lambda n, w, k: (0, n))  # every worker yields everything
+    assert not checks.shard_bounds(lambda n, w, k: (w * (n // k), (w + 1) * (n // k)))  # drops the remainder
+    with pytest.raises(TypeError, match="fn must be a function"):
+        checks.shard_bounds("range")
+
+
+@pytest.mark.parametrize("value, ok", [(None, False), (2.5, False), (3, False), (4, True), (8, True), (9, False)])
+def test_io_workers_checker(value, ok):
+    assert bool(checks.io_workers(value)) is ok

@@ -1,0 +1,154 @@
+"""helpers.loading: datasets behave as the notebook says, measurements are sane, bad input is refused."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from helpers import loading
+
+HAS_FORK = "fork" in mp.get_all_start_methods()
+
+
+def test_sleepy_dataset_records_who_and_when():
+    ds = loading.SleepyDataset(n=4, delay=0.0, record=True)
+    sample = ds[2]
+    assert sample["index"] == 2 and sample["worker"] == -1 and sample["end"] >= sample["start"]
+    assert torch.equal(loading.SleepyDataset(n=4, delay=0.0)[1], torch.full((8,), 1.0))
+    with pytest.raises(IndexError):
+        ds[4]
+
+
+def test_busy_and_torch_datasets_are_deterministic():
+    assert torch.equal(loading.BusyDataset(n=2, work=100)[1], loading.BusyDataset(n=2, work=100)[1])
+    a = loading.TorchAugmentDataset(n=2, passes=1, size=16)[0]
+    assert a.shape == (8,) and torch.equal(a, loading.TorchAugmentDataset(n=2, passes=1, size=16)[0])
+
+
+@pytest.mark.parametrize(
+    "factory, error",
+    [
+        (lambda: loading.SleepyDataset(n=0), ValueError),
+        (lambda: loading.SleepyDataset(n=2.5), TypeError),
+        (lambda: loading.SleepyDataset(delay=-1), ValueError),
+        (lambda: loading.SleepyDataset(delay="1"), TypeError),
+        (lambda: loading.BusyDataset(work=-1), ValueError),
+        (lambda: loading.TorchAugmentDataset(passes=0), ValueError),
+        (lambda: loading.MemoryProbeDataset(kind="dict"), ValueError),
+        (lambda: loading.MemoryProbeDataset(size=0), ValueError),
+        (lambda: loading.FailingDataset(bad=-1), ValueError),
+        (lambda: loading.SlowSampleDataset(delay=float("nan")), ValueError),
+        (lambda: loading.RangeStream(n=-1), ValueError),
+    ],
+)
+def test_bad_dataset_arguments(factory, error):
+    with pytest.raises(error):
+        factory()
+
+
+def test_workers_are_single_threaded_processes():
+    rows = list(DataLoader(loading.WhoAmIDataset(n=4), batch_size=None, num_workers=2))
+    assert {r["worker"] for r in rows} == {0, 1}
+    assert {r["threads"] for r in rows} == {1}
+
+
+def test_stored_rng_is_duplicated_and_reseeding_fixes_it():
+    rows = list(DataLoader(loading.StoredRngDataset(n=8), batch_size=None, num_workers=2))
+    draws = {w: [r["augment"] for r in rows if r["worker"] == w] for w in (0, 1)}
+    assert draws[0] == draws[1]
+
+    def run(seed):
+        loader = DataLoader(
+            loading.StoredRngDataset(n=8),
+            batch_size=None,
+            num_workers=2,
+            worker_init_fn=loading.reseed_stored_rng,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        return [(r["worker"], r["augment"]) for r in loader]
+
+    first = run(0)
+    assert first == run(0) and first != run(1)
+    assert [a for w, a in first if w == 0] != [a for w, a in first if w == 1]
+
+
+def test_range_stream_duplicates_and_sharding_does_not():
+    assert sorted(DataLoader(loading.RangeStream(6), batch_size=None, num_workers=2)) == sorted(list(range(6)) * 2)
+    items = list(DataLoader(loading.ShardedRangeStream(7), batch_size=None, num_workers=2))
+    assert sorted(items) == list(range(7))
+    assert list(DataLoader(loading.ShardedRangeStream(3), batch_size=None)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("n, workers", [(0, 1), (1, 3), (7, 2), (8, 4), (10, 3)])
+def test_shard_bounds_cover_everything_once(n, workers):
+    covered = []
+    for worker in range(workers):
+        start, end = loading.shard_bounds(n, worker, workers)
+        covered += range(start, end)
+    assert covered == list(range(n))
+
+
+@pytest.mark.parametrize("args", [(5, 2, 2), (5, -1, 2), (5, 0, 0), (-1, 0, 1)])
+def test_shard_bounds_bad_arguments(args):
+    with pytest.raises(ValueError):
+        loading.shard_bounds(*args)
+
+
+def test_first_error_reports_worker_error_and_timeout():
+    first, last, traceback = loading.first_error(DataLoader(loading.FailingDataset(bad=1), num_workers=1))
+    assert first == "ValueError: Caught ValueError in DataLoader worker process 0."
+    assert last == "ValueError: sample 1 is corrupt" and traceback
+    loader = DataLoader(loading.SlowSampleDataset(bad=0, delay=2.0), num_workers=1, timeout=0.5)
+    assert loading.first_error(loader)[0] == "RuntimeError: DataLoader timed out after 0.5 seconds"
+    with pytest.raises(AssertionError, match="finished without an error"):
+        loading.first_error(DataLoader(loading.FailingDataset(n=2, bad=5)))
+
+
+def test_record_timeline_orders_and_assigns_round_robin():
+    tl = loading.record_timeline(num_workers=2, batches=6, delay=0.0, step=0.0)
+    assert tl.consumed_in_order
+    assert [worker for _, worker, _, _ in tl.spans] == [0, 1, 0, 1, 0, 1]
+    assert tl.total >= tl.first_batch > 0
+    with pytest.raises(ValueError):
+        loading.record_timeline(num_workers=-1)
+
+
+def test_measure_throughput_and_sweep():
+    ds = loading.SleepyDataset(n=16, delay=0.0)
+    result = loading.measure_throughput(ds, num_workers=2, batch_size=4)
+    assert result.samples_per_s > 0 and result.startup > 0 and result.batches == 4
+    results = loading.sweep(ds, [0, 1], batch_size=4, progress=False)
+    assert [r.num_workers for r in results] == [0, 1]
+    with pytest.raises(ValueError, match="batches must be between"):
+        loading.measure_throughput(ds, num_workers=4, batch_size=4)  # 4 batches: no steady state left
+    with pytest.raises(ValueError, match="at least one"):
+        loading.sweep(ds, [])
+
+
+def test_epoch_start_costs_show_new_and_persistent_workers():
+    _, pids, stamps = loading.epoch_start_costs(persistent=False, epochs=2, num_workers=1, n=2)
+    assert pids[0] != pids[1] and stamps == [[0, 0], [1, 1]]
+    _, pids, stamps = loading.epoch_start_costs(persistent=True, epochs=2, num_workers=1, n=2)
+    assert pids[0] == pids[1] and stamps == [[0, 0], [0, 0]]
+
+
+@pytest.mark.skipif(not HAS_FORK, reason="copy-on-read is a fork effect")
+def test_worker_memory_list_grows_array_does_not():
+    as_list = loading.worker_memory("list", size=500_000, num_workers=1)
+    as_array = loading.worker_memory("array", size=500_000, num_workers=1)
+    assert as_list["worker 0"] > 0.5 * as_list["the data (parent)"]
+    assert as_array["worker 0"] < 0.05 * as_array["the data (parent)"]
+
+
+def test_data_bytes():
+    assert loading.data_bytes(np.zeros(10)) == 80
+    assert loading.data_bytes([1.0, 2.0]) > 2 * 24
+
+
+def test_catch_warnings_returns_messages():
+    messages = loading.catch_warnings(lambda: DataLoader(loading.SleepyDataset(n=2), pin_memory=True).__iter__())
+    assert any("pin_memory" in m for m in messages)
