@@ -153,11 +153,34 @@ def dataloader_cpu(work: int = 20_000, batch_size: int = 8, batches: int = 40) -
     )
 
 
+def queue_shared_vs_pickle(nbytes: int = 128 * 2**20, repeats: int = 3) -> Figure:
+    """Hand-off of `nbytes` to another process that touches one element: pickled NumPy through
+    multiprocessing.Queue / an already-shared tensor through a torch.multiprocessing queue."""
+    from helpers import sharing
+
+    touch = sharing.handoff_seconds(nbytes, repeats=repeats, mode="touch")
+    summed = sharing.handoff_seconds(nbytes, repeats=repeats, mode="sum")
+    return Figure(
+        ratio=touch.pickled_numpy / touch.tensor_shared,
+        limit=None,
+        floor=50.0,
+        what=f"hand-off of {nbytes / 2**20:g} MB, consumer touches one element: pickled NumPy / shared tensor",
+        details={
+            "pickled_numpy_s": touch.pickled_numpy,
+            "tensor_not_shared_s": touch.tensor_not_shared,
+            "tensor_shared_s": touch.tensor_shared,
+            "ratio_when_consumer_sums_all": summed.pickled_numpy / summed.tensor_shared,
+            "start_method": default_start_method(),
+        },
+    )
+
+
 FIGURES: dict[str, Callable[[], Figure]] = {
     "threads_vs_processes": threads_vs_processes,
     "spawn_vs_fork_start": spawn_vs_fork_start,
     "dataloader_io": dataloader_io,
     "dataloader_cpu": dataloader_cpu,
+    "queue_shared_vs_pickle": queue_shared_vs_pickle,
 }
 
 

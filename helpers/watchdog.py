@@ -239,8 +239,14 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+# Daemons that remove their clients' shared memory once the clients are gone; killing them first
+# would leave torch_* files in /dev/shm.
+_CLEANERS = ("torch_shm_manager",)
+_GROUP_GRACE = 2.0  # seconds the rest of a finished child's process group gets to end by itself
+
+
 def _kill_tree(pid: int) -> int:
-    """Kill child `pid`, everything below it and its process group; return how many were alive.
+    """Kill child `pid` and everything below it, then end its process group; return how many were alive.
 
     The child itself is left for its owner (multiprocessing or subprocess) to reap: psutil reaping it
     would leave that owner believing it still runs.
@@ -248,14 +254,54 @@ def _kill_tree(pid: int) -> int:
     below = [p for p in _descendants(pid) if _is_alive(p)]
     for proc in below:
         with contextlib.suppress(psutil.Error):
-            proc.kill()
+            if proc.name() not in _CLEANERS:
+                proc.kill()
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    if pid != os.getpgid(0):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-    _wait_gone(below, timeout=3.0)
+    _wait_gone([p for p in below if _name(p) not in _CLEANERS], timeout=3.0)
+    _end_group(pid, {pid, *(p.pid for p in below)})
     return len(below) + 1
+
+
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return ""
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and _is_alive(proc):
+                members.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return members
+
+
+def _end_group(pgid: int, pids: set[int]) -> None:
+    """After the child has ended: give the rest of its process group a moment to end by itself (so
+    torch_shm_manager can remove its clients' /dev/shm files), kill what is left, and remove shared
+    memory files named after processes of the tree (torch_<pid>_...)."""
+    if pgid == os.getpgid(0):
+        return
+    deadline = time.monotonic() + _GROUP_GRACE
+    members = _group_members(pgid)
+    while members and time.monotonic() < deadline:
+        time.sleep(0.05)
+        members = _group_members(pgid)
+    pids |= {m.pid for m in members}
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    _wait_gone(members, timeout=3.0)
+    shm = Path("/dev/shm")
+    if shm.is_dir():
+        for pid in pids:
+            for leftover in shm.glob(f"torch_{pid}_*"):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
 
 
 def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
@@ -476,8 +522,7 @@ def _run_child(
         return _finish("hung", timeout, started, workdir, name, start_file, expect, killed=killed)
     exitcode, pid = proc.exitcode, proc.pid
     proc.close()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)  # anything the target left running in its group
+    _end_group(pid, {pid})  # anything the target left running in its group
     result_path = workdir / "result.pickle"
     if exitcode is not None and exitcode < 0:
         return _finish(
@@ -562,8 +607,7 @@ def _run_script_child(
         killed = _kill_tree(proc.pid)
         proc.wait(3)
         return _finish("hung", timeout, started, workdir, "<module>", str(path), expect, killed=killed)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # anything the script left running
+    _end_group(proc.pid, {proc.pid})  # anything the script left running
     if exitcode < 0:
         return _finish(
             "died", timeout, started, workdir, "<module>", str(path), expect, signal_name=signal.Signals(-exitcode).name

@@ -1,0 +1,554 @@
+"""Chapter 02, shared tensors and queues: every child-process function the notebook runs, and the
+measurements behind its plots and the bench.
+
+Conventions: children never print; they answer on a queue or pipe, and the parent prints. Every
+process is started inside `helpers.processes.running`, so none outlives its call, and every wait has a
+timeout. Functions that hang or crash on purpose are meant to run under `helpers.watchdog`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import resource
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.multiprocessing as tmp
+
+from helpers.processes import running
+
+__all__ = [
+    "write_first_element",
+    "crossing",
+    "handoff_seconds",
+    "handoff_table",
+    "grad_after_crossing",
+    "grow_shared",
+    "hold_many_tensors",
+    "strategy_in_spawn_child",
+    "early_exit_producer",
+    "buffer_reuse",
+    "is_shared_after_put",
+    "join_before_drain",
+    "count_with_value",
+    "shared_loss_log",
+    "dataloader_keeping_batches",
+    "fd_count",
+    "pickled_size",
+    "collect_from_producer",
+    "count_with_function",
+]
+
+_WAIT = 60.0  # seconds: generous bound for any single get/join; spawn children import torch first
+
+
+def _ctx(start_method: str | None = None) -> Any:
+    return tmp.get_context(start_method)
+
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+# ---- what crosses a process boundary -------------------------------------------------------------
+
+
+def write_first_element(inbox: Any, outbox: Any) -> None:
+    """Child: take one object, write 42 into its first element, report back, wait to be released."""
+    torch.set_num_threads(1)
+    obj = inbox.get()
+    obj[0] = 42
+    outbox.put("written")
+    inbox.get()  # keep the object (and its shared memory) alive until the parent has looked
+
+
+def crossing(kind: str) -> dict[str, Any]:
+    """Send a tensor (torch queue) or a NumPy array (plain multiprocessing queue) to a child that writes
+    into it; report what the parent sees afterwards."""
+    if kind not in ("tensor", "numpy"):
+        raise ValueError(f"kind must be 'tensor' or 'numpy', got {kind!r}")
+    ctx = _ctx() if kind == "tensor" else mp.get_context()
+    # The parent puts on a SimpleQueue (no feeder thread: the tensor is in shared memory when put()
+    # returns) and waits on a Queue, whose get() takes a timeout.
+    inbox, outbox = ctx.SimpleQueue(), ctx.Queue()
+    obj: Any = torch.zeros(4) if kind == "tensor" else np.zeros(4)
+    report: dict[str, Any] = {}
+    if kind == "tensor":
+        report["shared before sending"] = obj.is_shared()
+    child = ctx.Process(target=write_first_element, args=(inbox, outbox))
+    with running([child], timeout=_WAIT):
+        inbox.put(obj)
+        if kind == "tensor":
+            report["shared after sending"] = obj.is_shared()
+        report["child says"] = outbox.get(timeout=_WAIT)
+        report["parent sees the child's write"] = bool(obj[0] == 42)
+        inbox.put("release")
+    del inbox, outbox
+    return report
+
+
+def _consume(inbox: Any, outbox: Any, mode: str) -> None:
+    """Child: receive items until None; touch one element or sum the whole payload; acknowledge."""
+    torch.set_num_threads(1)
+    while True:
+        item = inbox.get()
+        if item is None:
+            break
+        value = float(item[0]) if mode == "touch" else float(item.sum())
+        del item
+        outbox.put(value)
+
+
+@dataclass
+class Handoff:
+    """Seconds for one hand-off (put, receive, use, acknowledge), per way of sending, for one size."""
+
+    nbytes: int
+    pickled_numpy: float
+    tensor_not_shared: float
+    tensor_shared: float
+
+
+def handoff_seconds(nbytes: int, repeats: int = 3, mode: str = "touch") -> Handoff:
+    """Median hand-off time of a float32 payload of `nbytes`, sent three ways to one long-lived child.
+
+    pickled NumPy through `multiprocessing.Queue` (a copy through a pipe); a fresh tensor through a
+    `torch.multiprocessing` queue (moved to shared memory on the way: one copy); a tensor already in
+    shared memory (only a handle travels). `mode="sum"` makes the consumer read every byte.
+    """
+    return handoff_table([nbytes], repeats, mode)[0]
+
+
+def handoff_table(sizes: Sequence[int], repeats: int = 3, mode: str = "touch") -> list[Handoff]:
+    """`handoff_seconds` for several sizes with the same two children (start-up not timed)."""
+    if mode not in ("touch", "sum"):
+        raise ValueError(f"mode must be 'touch' or 'sum', got {mode!r}")
+    _positive_int("repeats", repeats)
+    for nbytes in sizes:
+        _positive_int("nbytes", nbytes, minimum=4)
+    plain, torchq = mp.get_context(), _ctx()
+    queues = {"numpy": (plain.Queue(), plain.Queue()), "torch": (torchq.Queue(), torchq.Queue())}
+    children = [
+        plain.Process(target=_consume, args=(*queues["numpy"], mode)),
+        torchq.Process(target=_consume, args=(*queues["torch"], mode)),
+    ]
+    results = []
+    with running(children, timeout=10):
+
+        def once(kind: str, make: Any) -> float:
+            inbox, outbox = queues[kind]
+            times = []
+            for _ in range(repeats):
+                item = make()
+                t0 = time.perf_counter()
+                inbox.put(item)
+                outbox.get(timeout=_WAIT)
+                times.append(time.perf_counter() - t0)
+                del item
+            return sorted(times)[len(times) // 2]
+
+        for _, (inbox, outbox) in queues.items():  # wait until both children run (spawn imports torch)
+            inbox.put(np.zeros(1, dtype=np.float32) if inbox is queues["numpy"][0] else torch.zeros(1))
+            outbox.get(timeout=_WAIT)
+        for nbytes in sizes:
+            n = nbytes // 4
+            pickled = once("numpy", lambda n=n: np.ones(n, dtype=np.float32))
+            fresh = once("torch", lambda n=n: torch.ones(n))
+            ready = torch.ones(n).share_memory_()
+            shared = once("torch", lambda ready=ready: ready)
+            results.append(Handoff(nbytes, pickled, fresh, shared))
+            del ready
+        for inbox, _ in queues.values():
+            inbox.put(None)
+    for inbox, outbox in queues.values():
+        inbox.close()
+        outbox.close()
+    return results
+
+
+# ---- gradients, growing, strategies ----------------------------------------------------------------
+
+
+def _report_grad(inbox: Any, outbox: Any) -> None:
+    torch.set_num_threads(1)
+    tensor = inbox.get()
+    outbox.put(tensor.grad is None)
+
+
+def _bump_grads(model: Any, outbox: Any) -> None:
+    torch.set_num_threads(1)
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.add_(1.0)
+        p.data.add_(1.0)
+    outbox.put("done")
+
+
+def grad_after_crossing(start_method: str | None = None) -> dict[str, bool]:
+    """What happens to `.grad` when a tensor or a shared model crosses into a child."""
+    ctx = _ctx(start_method)
+    result: dict[str, bool] = {}
+    tensor = torch.ones(3, requires_grad=True)
+    tensor.sum().backward()
+    inbox, outbox = ctx.SimpleQueue(), ctx.Queue()
+    child = ctx.Process(target=_report_grad, args=(inbox, outbox))
+    with running([child], timeout=_WAIT):
+        inbox.put(tensor)
+        result["tensor with a grad arrives with grad None"] = outbox.get(timeout=_WAIT)
+    model = torch.nn.Linear(2, 1)
+    model(torch.ones(1, 2)).sum().backward()  # grads exist before share_memory()
+    model.share_memory()
+    grad_before = model.weight.grad.clone()
+    weight_before = model.weight.detach().clone()
+    child = ctx.Process(target=_bump_grads, args=(model, outbox))
+    with running([child], timeout=_WAIT):
+        outbox.get(timeout=_WAIT)
+    result["child's parameter update seen by the parent"] = bool(torch.equal(model.weight, weight_before + 1))
+    result["child's grad update seen by the parent"] = bool(torch.equal(model.weight.grad, grad_before + 1))
+    del inbox, outbox
+    return result
+
+
+def grow_shared() -> None:
+    """Grow a tensor that lives in shared memory: the process dies (run under the watchdog)."""
+    torch.zeros(10).share_memory_().resize_(100_000)
+
+
+def _produce_tensors(queue: Any, count: int, strategy: str | None, done: Any) -> None:
+    torch.set_num_threads(1)
+    if strategy is not None:
+        tmp.set_sharing_strategy(strategy)  # per process: set it where tensors are *sent*
+    for i in range(count):
+        queue.put(torch.full((4,), float(i)))
+    done.wait(_WAIT)
+
+
+def _lower_fd_limit(headroom: int) -> tuple[int, int]:
+    """Allow this process only `headroom` more open files than it has now; return the old limits.
+
+    Relative, because a process forked from a Jupyter kernel starts with dozens of descriptors open.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(fd_count() + headroom, hard), hard))
+    return soft, hard
+
+
+def hold_many_tensors(count: int = 200, headroom: int = 48, strategy: str | None = None, keep: Any = "tensor") -> str:
+    """Receive `count` shared tensors in a process allowed only `headroom` more open files, keeping
+    every one (or what `keep` returns for it).
+
+    Under `file_descriptor` each received storage holds a file descriptor open while it lives. Run it
+    under the watchdog (it changes this process's limits). keep="clone" keeps copies instead; a function
+    decides what to keep of each tensor (the exercise).
+    """
+    _positive_int("count", count)
+    _positive_int("headroom", headroom, minimum=16)
+    if not callable(keep) and keep not in ("tensor", "clone"):
+        raise ValueError(f"keep must be 'tensor', 'clone' or a function tensor -> kept, got {keep!r}")
+    keeper = keep if callable(keep) else (lambda t: t.clone()) if keep == "clone" else (lambda t: t)
+    ctx = _ctx()
+    queue, done = ctx.Queue(), ctx.Event()
+    producer = ctx.Process(target=_produce_tensors, args=(queue, count, strategy, done))
+    kept = []
+    with running([producer], timeout=5):
+        # Only the consumer gets the low limit (a child started later would inherit it).
+        soft, hard = _lower_fd_limit(headroom)
+        try:
+            for _ in range(count):
+                tensor = queue.get(timeout=_WAIT)
+                kept.append(keeper(tensor))
+                del tensor
+        except BaseException:
+            # Release the producer first: an Event's set() waits for every sleeper to wake, and a
+            # killed one never would. Then kill it: it would wait forever to flush what we cannot receive.
+            done.set()
+            producer.kill()
+            raise
+        finally:
+            done.set()
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return f"kept {len(kept)} tensors"
+
+
+def _report_strategy(outbox: Any) -> None:
+    outbox.put(tmp.get_sharing_strategy())
+
+
+def strategy_in_spawn_child() -> dict[str, str]:
+    """Set file_system in this process, then ask a spawn child (run it under the watchdog)."""
+    tmp.set_sharing_strategy("file_system")
+    ctx = _ctx("spawn")
+    outbox = ctx.Queue()
+    child = ctx.Process(target=_report_strategy, args=(outbox,))
+    with running([child], timeout=_WAIT):
+        answer = outbox.get(timeout=_WAIT)
+    return {"this process": tmp.get_sharing_strategy(), "spawn child": answer}
+
+
+# ---- producer lifetime, buffer reuse, queues ------------------------------------------------------
+
+
+def _produce_one(queue: Any, done: Any | None) -> None:
+    torch.set_num_threads(1)
+    queue.put(torch.arange(4.0))
+    if done is not None:
+        done.wait(_WAIT)  # stay alive until the consumer has the tensor
+
+
+def early_exit_producer(wait_for_consumer: bool) -> str:
+    """The producer sends one tensor and exits at once (or waits on an Event); then we receive it."""
+    ctx = _ctx()
+    queue, done = ctx.Queue(), ctx.Event()
+    producer = ctx.Process(target=_produce_one, args=(queue, done if wait_for_consumer else None))
+    with running([producer], timeout=_WAIT):
+        if not wait_for_consumer:
+            producer.join(_WAIT)  # the producer is gone before we unpickle the tensor
+        try:
+            tensor = queue.get(timeout=_WAIT)
+            result = f"received {tensor.tolist()}"
+        except OSError as exc:
+            result = _producer_gone(exc)
+        finally:
+            done.set()
+    del queue
+    return result
+
+
+def _producer_gone(exc: OSError) -> str:
+    """The receiver could not fetch the descriptor from the sender's socket. Which OSError depends on
+    whether the sender's temporary folder (holding the socket) was removed at its exit
+    (FileNotFoundError) or outlived it (ConnectionRefusedError), so the course prints the family."""
+    return "OSError: the sender has exited, the tensor cannot be fetched"
+
+
+def _fill_buffers(free: Any, full: Any, count: int, shape: tuple[int, ...], reuse: bool, done: Any) -> None:
+    torch.set_num_threads(1)
+    for i in range(count):
+        buffer = free.get(timeout=_WAIT) if reuse else torch.empty(shape)
+        buffer.fill_(float(i))
+        full.put(buffer)
+        del buffer
+    full.put(None)
+    done.wait(_WAIT)  # a tensor's sender must outlive its receipt (file_descriptor strategy)
+
+
+def buffer_reuse(reuse: bool, count: int = 200, shape: tuple[int, ...] = (256, 1024), buffers: int = 4) -> float:
+    """Items per second through a producer -> consumer pipeline; with `reuse`, the consumer sends each
+    shared buffer back instead of letting the producer allocate (and share) a new one every time."""
+    _positive_int("count", count)
+    _positive_int("buffers", buffers)
+    ctx = _ctx()
+    free, full, done = ctx.Queue(), ctx.Queue(), ctx.Event()
+    if reuse:
+        for _ in range(buffers):
+            free.put(torch.empty(shape).share_memory_())
+    producer = ctx.Process(target=_fill_buffers, args=(free, full, count, shape, reuse, done))
+    with running([producer], timeout=_WAIT):
+        try:
+            item = full.get(timeout=_WAIT)  # start-up excluded
+            t0 = time.perf_counter()
+            received = 1
+            while item is not None:
+                float(item[0, 0])  # use it
+                if reuse:
+                    free.put(item)
+                del item
+                item = full.get(timeout=_WAIT)
+                received += item is not None
+            seconds = time.perf_counter() - t0
+        finally:
+            done.set()
+    free.close()
+    full.close()
+    return (received - 1) / seconds
+
+
+def is_shared_after_put(queue_kind: str, trials: int = 20) -> int:
+    """How many of `trials` fresh tensors report `is_shared()` right after `put` (nobody consumes)."""
+    _positive_int("trials", trials)
+    if queue_kind not in ("Queue", "SimpleQueue"):
+        raise ValueError(f"queue_kind must be 'Queue' or 'SimpleQueue', got {queue_kind!r}")
+    ctx = _ctx()
+    queue = getattr(ctx, queue_kind)()
+    shared = 0
+    for _ in range(trials):
+        tensor = torch.zeros(256, 256)
+        queue.put(tensor)
+        shared += tensor.is_shared()
+    for _ in range(trials):
+        queue.get()
+    if queue_kind == "Queue":
+        queue.close()
+        queue.join_thread()
+    return shared
+
+
+def _put_one(queue: Any, kind: str, nbytes: int) -> None:
+    torch.set_num_threads(1)
+    n = nbytes // 4
+    queue.put(np.ones(n, dtype=np.float32) if kind == "numpy" else torch.ones(n))
+
+
+def join_before_drain(kind: str, nbytes: int = 8 * 2**20, drain_first: bool = False) -> str:
+    """The child puts one item on a `multiprocessing.Queue`; we join it, then get the item (or the
+    other way round with `drain_first`). Run under the watchdog: joining first can hang."""
+    if kind not in ("numpy", "tensor"):
+        raise ValueError(f"kind must be 'numpy' or 'tensor', got {kind!r}")
+    _positive_int("nbytes", nbytes, minimum=4)
+    ctx = _ctx()
+    queue = ctx.Queue()
+    child = ctx.Process(target=_put_one, args=(queue, kind, nbytes))
+    child.start()
+    try:
+        if drain_first:
+            item = queue.get(timeout=_WAIT)
+            child.join(_WAIT)
+        else:
+            child.join()  # no timeout, on purpose: this is the bug
+            try:
+                item = queue.get(timeout=_WAIT)
+            except OSError as exc:
+                return _producer_gone(exc)
+        return f"got {type(item).__name__} of {item.nbytes if kind == 'numpy' else item.nbytes} bytes"
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join(5)
+
+
+# ---- Value, Array, locks, and a shared log ---------------------------------------------------------
+
+
+def _increment(counter: Any, barrier: Any, times: int, use_lock: bool) -> None:
+    barrier.wait(_WAIT)
+    for _ in range(times):
+        if use_lock:
+            with counter.get_lock():
+                counter.value += 1
+        else:
+            counter.value += 1  # read, add, write: another process can write in between
+
+
+def count_with_value(use_lock: bool, workers: int = 4, times: int = 10_000) -> int:
+    """Workers increment one shared `mp.Value` `times` times each, starting together on a Barrier."""
+    _positive_int("workers", workers)
+    _positive_int("times", times)
+    ctx = mp.get_context()
+    counter = ctx.Value("i", 0)
+    barrier = ctx.Barrier(workers)
+    procs = [ctx.Process(target=_increment, args=(counter, barrier, times, use_lock)) for _ in range(workers)]
+    with running(procs, timeout=_WAIT):
+        pass
+    total = counter.value
+    del counter, barrier
+    return total
+
+
+def _train_and_log(rank: int, log: torch.Tensor, steps: int, lr: float) -> None:
+    """Fit y = 3x on this worker's own data and write the loss of every step into row `rank` of `log`."""
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(256, 1, generator=g)
+    y = 3 * x + 0.1 * torch.randn(256, 1, generator=g)
+    w = torch.zeros(1, requires_grad=True)
+    for step in range(steps):
+        loss = ((x * w - y) ** 2).mean()
+        loss.backward()
+        with torch.no_grad():
+            w -= lr * (1 + rank) * w.grad  # each worker its own learning rate: different curves
+            w.grad.zero_()
+        log[rank, step] = loss.item()
+
+
+def shared_loss_log(workers: int = 3, steps: int = 30, lr: float = 0.05) -> torch.Tensor:
+    """Start `workers` processes that write their loss per step into one shared (workers x steps) tensor."""
+    _positive_int("workers", workers)
+    _positive_int("steps", steps)
+    log = torch.full((workers, steps), float("nan")).share_memory_()
+    ctx = _ctx()
+    procs = [ctx.Process(target=_train_and_log, args=(rank, log, steps, lr)) for rank in range(workers)]
+    with running(procs, timeout=_WAIT):
+        pass
+    return log.clone()
+
+
+def fd_count() -> int:
+    """File descriptors this process has open (Linux: /proc/self/fd, macOS: /dev/fd)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        if os.path.isdir(folder):
+            return len(os.listdir(folder))
+    raise RuntimeError("cannot count open file descriptors on this platform")
+
+
+def pickled_size(obj: Any) -> int:
+    """Bytes `obj` takes when pickled the way multiprocessing does (torch tensors: a small handle)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    return len(ForkingPickler.dumps(obj, pickle.HIGHEST_PROTOCOL))
+
+
+def dataloader_keeping_batches(headroom: int = 48, batches: int = 300) -> int:
+    """Keep every batch of a 2-worker DataLoader while this process may open only `headroom` more
+    files (lowered after the workers started). Run under the watchdog: it changes this process's limits."""
+    from torch.utils.data import DataLoader
+
+    from helpers.loading import SleepyDataset
+
+    _positive_int("headroom", headroom, minimum=16)
+    _positive_int("batches", batches)
+    loader = DataLoader(SleepyDataset(n=batches, delay=0.0), batch_size=1, num_workers=2)
+    iterator = iter(loader)
+    kept = [next(iterator)]
+    soft, hard = _lower_fd_limit(headroom)
+    try:
+        kept.extend(iterator)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        del iterator
+    return len(kept)
+
+
+def collect_from_producer(collect: Any, nbytes: int = 8 * 2**20) -> str:
+    """A child puts one pickled NumPy array of `nbytes` on a Queue; `collect(queue, process)` must return
+    it and leave the process joined. Run under the watchdog (a wrong order hangs)."""
+    if not callable(collect):
+        raise TypeError(f"collect must be a function (queue, process) -> item, got {type(collect).__name__}")
+    ctx = mp.get_context()
+    queue = ctx.Queue()
+    child = ctx.Process(target=_put_one, args=(queue, "numpy", nbytes))
+    with running([child], timeout=5):
+        item = collect(queue, child)
+        joined = child.exitcode is not None
+    if not isinstance(item, np.ndarray) or item.nbytes != nbytes:
+        return f"collect returned {type(item).__name__}, not the {nbytes}-byte array"
+    return "got the array and joined the producer" if joined else "got the array, but the producer was not joined"
+
+
+def _increment_with(increment: Any, counter: Any, barrier: Any, times: int) -> None:
+    barrier.wait(_WAIT)
+    for _ in range(times):
+        increment(counter)
+
+
+def count_with_function(increment: Any, workers: int = 4, times: int = 5_000) -> int:
+    """Like `count_with_value`, with the increment written by the learner (needs fork to reach them)."""
+    if not callable(increment):
+        raise TypeError(f"increment must be a function counter -> None, got {type(increment).__name__}")
+    _positive_int("workers", workers)
+    _positive_int("times", times)
+    ctx = mp.get_context("fork")
+    counter, barrier = ctx.Value("i", 0), ctx.Barrier(workers)
+    procs = [ctx.Process(target=_increment_with, args=(increment, counter, barrier, times)) for _ in range(workers)]
+    with running(procs, timeout=_WAIT):
+        pass
+    return counter.value
