@@ -359,7 +359,7 @@ def buffer_reuse(reuse: bool, count: int = 200, shape: tuple[int, ...] = (256, 1
             t0 = time.perf_counter()
             received = 1
             while item is not None:
-                float(item[0, 0])  # use it
+                float(item.view(-1)[0])  # use it
                 if reuse:
                     free.put(item)
                 del item

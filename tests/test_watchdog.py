@@ -49,10 +49,17 @@ def writes_output():
     return "done"
 
 
-def no_children_left():
-    """Nothing below the test process but multiprocessing's own per-interpreter helpers."""
-    alive = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-    alive = [p for p in alive if not is_multiprocessing_helper(p)]
+def no_children_left(grace: float = 10.0):
+    """Nothing below the test process but multiprocessing's own per-interpreter helpers. torch's
+    shared-memory manager (adopted by the test process, a subreaper) exits a few seconds after its last
+    client, so it gets `grace` seconds."""
+    deadline = time.monotonic() + grace
+    while True:
+        alive = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if not is_multiprocessing_helper(p)]
+        if not alive or time.monotonic() > deadline or any(p.name() != "torch_shm_manager" for p in alive):
+            break
+        time.sleep(0.2)
     assert not alive, f"leftover processes: {alive}"
 
 
@@ -177,3 +184,20 @@ def test_bad_target_and_script(tmp_path):
         watchdog.run_script(__file__, "a b")
     with pytest.raises(TypeError, match="script must be a path"):
         watchdog.run_script(3)
+
+
+def leaves_a_file_system_tensor():
+    import torch
+
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    tensor = torch.zeros(1000).share_memory_()
+    return tensor.is_shared()
+
+
+def test_torch_shm_manager_gets_to_clean_up():
+    before = {f for f in os.listdir("/dev/shm") if f.startswith("torch_")} if os.path.isdir("/dev/shm") else set()
+    outcome = watchdog.run(leaves_a_file_system_tensor, timeout=60)
+    assert outcome.value is True
+    after = {f for f in os.listdir("/dev/shm") if f.startswith("torch_")} if os.path.isdir("/dev/shm") else set()
+    assert after <= before
+    no_children_left()

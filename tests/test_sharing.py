@@ -1,0 +1,147 @@
+"""helpers.sharing: each demo reports what the notebook says, and bad input is refused."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import sharing, watchdog
+
+HAS_FORK = "fork" in mp.get_all_start_methods()
+
+
+def test_crossing_shares_tensors_and_copies_numpy():
+    tensor = sharing.crossing("tensor")
+    assert tensor["shared before sending"] is False and tensor["shared after sending"] is True
+    assert tensor["parent sees the child's write"] is True
+    assert sharing.crossing("numpy")["parent sees the child's write"] is False
+    with pytest.raises(ValueError, match="kind"):
+        sharing.crossing("list")
+
+
+def test_handoff_table_measures_three_ways():
+    (row,) = sharing.handoff_table([2**16], repeats=1)
+    assert row.nbytes == 2**16
+    assert min(row.pickled_numpy, row.tensor_not_shared, row.tensor_shared) > 0
+    for kwargs in ({"mode": "read"}, {"repeats": 0}):
+        with pytest.raises(ValueError):
+            sharing.handoff_table([1024], **kwargs)
+    with pytest.raises(ValueError, match="nbytes"):
+        sharing.handoff_seconds(2)
+
+
+@pytest.mark.skipif(not HAS_FORK, reason="fork inheritance")
+def test_grads_cross_by_inheritance_only():
+    forked = sharing.grad_after_crossing("fork")
+    assert forked["tensor with a grad arrives with grad None"]
+    assert forked["child's parameter update seen by the parent"]
+    assert forked["child's grad update seen by the parent"]
+
+
+def test_grads_do_not_travel_under_spawn():
+    spawned = sharing.grad_after_crossing("spawn")
+    assert spawned["child's parameter update seen by the parent"]
+    assert not spawned["child's grad update seen by the parent"]
+
+
+def test_growing_a_shared_tensor_kills_the_process():
+    outcome = watchdog.run(sharing.grow_shared, timeout=30)
+    assert outcome.status == "died" and outcome.signal == "SIGSEGV"
+
+
+def test_fd_exhaustion_and_its_fixes():
+    assert "ancdata" in watchdog.run(sharing.hold_many_tensors, timeout=30).error
+    assert watchdog.run(sharing.hold_many_tensors, keep="clone", timeout=30).value == "kept 200 tensors"
+    assert watchdog.run(sharing.hold_many_tensors, strategy="file_system", timeout=30).value == "kept 200 tensors"
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith("torch_")] if os.path.isdir("/dev/shm") else True
+
+
+@pytest.mark.parametrize(
+    "kwargs, error", [({"count": 0}, ValueError), ({"headroom": 4}, ValueError), ({"keep": "all"}, ValueError)]
+)
+def test_hold_many_tensors_bad_arguments(kwargs, error):
+    with pytest.raises(error):
+        sharing.hold_many_tensors(**kwargs)
+
+
+def test_dataloader_wraps_fd_exhaustion():
+    outcome = watchdog.run(sharing.dataloader_keeping_batches, timeout=60)
+    assert outcome.error.startswith("RuntimeError: Too many open files.")
+
+
+def test_strategy_is_not_inherited_by_spawn_children():
+    outcome = watchdog.run(sharing.strategy_in_spawn_child, timeout=60)
+    assert outcome.value == {"this process": "file_system", "spawn child": "file_descriptor"}
+    assert torch.multiprocessing.get_sharing_strategy() == "file_descriptor"  # ran in the child only
+
+
+def test_producer_must_outlive_the_handoff():
+    assert sharing.early_exit_producer(False).startswith("OSError: the sender has exited")
+    assert sharing.early_exit_producer(True) == "received [0.0, 1.0, 2.0, 3.0]"
+
+
+def test_buffer_reuse_measures_both():
+    assert sharing.buffer_reuse(False, count=10, shape=(64,)) > 0
+    assert sharing.buffer_reuse(True, count=10, shape=(64,)) > 0
+    with pytest.raises(ValueError):
+        sharing.buffer_reuse(True, count=0)
+
+
+def test_simple_queue_shares_before_put_returns():
+    assert sharing.is_shared_after_put("SimpleQueue", trials=5) == 5
+    assert 0 <= sharing.is_shared_after_put("Queue", trials=5) <= 5
+    with pytest.raises(ValueError, match="queue_kind"):
+        sharing.is_shared_after_put("Pipe")
+
+
+def test_join_before_drain():
+    assert watchdog.run(sharing.join_before_drain, "numpy", timeout=2).status == "hung"
+    assert watchdog.run(sharing.join_before_drain, "numpy", drain_first=True, timeout=30).value.startswith("got")
+    with pytest.raises(ValueError, match="kind"):
+        sharing.join_before_drain("list")
+
+
+def test_value_needs_its_lock():
+    assert sharing.count_with_value(True, workers=2, times=2_000) == 4_000
+    assert sharing.count_with_value(False, workers=2, times=10) <= 20
+    with pytest.raises(ValueError):
+        sharing.count_with_value(True, workers=0)
+
+
+def test_shared_loss_log_is_complete_and_reproducible():
+    log = sharing.shared_loss_log(workers=2, steps=5)
+    assert log.shape == (2, 5) and not torch.isnan(log).any()
+    assert torch.equal(log, sharing.shared_loss_log(workers=2, steps=5))
+    with pytest.raises(ValueError):
+        sharing.shared_loss_log(steps=0)
+
+
+@pytest.mark.skipif(not HAS_FORK, reason="learner functions reach children by fork")
+def test_collect_and_count_with_functions():
+    def good(queue, process):
+        item = queue.get(timeout=10)
+        process.join(10)
+        return item
+
+    assert watchdog.run(sharing.collect_from_producer, good, start_method="fork", timeout=30).value == (
+        "got the array and joined the producer"
+    )
+
+    def locked(counter):
+        with counter.get_lock():
+            counter.value += 1
+
+    assert sharing.count_with_function(locked, workers=2, times=1_000) == 2_000
+    with pytest.raises(TypeError):
+        sharing.collect_from_producer(None)
+    with pytest.raises(TypeError):
+        sharing.count_with_function(3)
+
+
+def test_pickled_size_and_fd_count():
+    assert sharing.pickled_size(np.zeros(1000)) > 8000
+    assert sharing.fd_count() > 0
