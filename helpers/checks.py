@@ -129,15 +129,23 @@ def _fork_or_none() -> str | None:
     return "fork" if "fork" in mp.get_all_start_methods() else None
 
 
+def _not_ready(fn: Any, variable: str, signature: str, needs_fork: bool = True) -> Verdict | None:
+    """The first steps every checker of learner code shares: nothing written yet (the placeholder is
+    None), not a function, or no fork to carry a notebook function into child processes."""
+    if fn is None:
+        return verdict(False, "", f"write {variable}, then run this cell again.")
+    if not callable(fn):
+        raise TypeError(f"fn must be a function {signature}, got {type(fn).__name__}")
+    if needs_fork and _fork_or_none() is None:
+        return verdict(False, "", "this checker needs the fork start method (Linux or macOS).")
+    return None
+
+
 def worker_init_fn(fn: Any) -> Verdict:
     """Exercise: a worker_init_fn that gives each worker's dataset copy its own, reproducible generator."""
-    if fn is None:
-        return verdict(False, "", "write my_worker_init_fn, then run this cell again.")
-    if not callable(fn):
-        raise TypeError(f"fn must be a function worker_id -> None, got {type(fn).__name__}")
-    context = _fork_or_none()
-    if context is None:
-        return verdict(False, "", "this checker needs the fork start method (Linux or macOS).")
+    if (not_ready := _not_ready(fn, "my_worker_init_fn", "worker_id -> None")) is not None:
+        return not_ready
+    context = "fork"
     import torch
     from torch.utils.data import DataLoader
 
@@ -177,10 +185,10 @@ def worker_init_fn(fn: Any) -> Verdict:
 
 def shard_bounds(fn: Any) -> Verdict:
     """Exercise: `fn(n, worker_id, num_workers) -> (start, end)` must give every item to exactly one worker."""
-    if fn is None:
-        return verdict(False, "", "write my_shard_bounds, then run this cell again.")
-    if not callable(fn):
-        raise TypeError(f"fn must be a function (n, worker_id, num_workers) -> (start, end), got {type(fn).__name__}")
+    if (
+        not_ready := _not_ready(fn, "my_shard_bounds", "(n, worker_id, num_workers) -> (start, end)", needs_fork=False)
+    ) is not None:
+        return not_ready
     for n in (0, 1, 7, 8, 10, 33):
         for workers in (1, 2, 3, 4):
             seen: list[int] = []
@@ -244,12 +252,8 @@ def io_workers(num_workers: Any) -> Verdict:
 
 def keep_received(fn: Any) -> Verdict:
     """Exercise: decide what to keep of each received shared tensor so 200 fit under 64 open files."""
-    if fn is None:
-        return verdict(False, "", "write my_keep, then run this cell again.")
-    if not callable(fn):
-        raise TypeError(f"fn must be a function tensor -> what to keep, got {type(fn).__name__}")
-    if _fork_or_none() is None:
-        return verdict(False, "", "this checker needs the fork start method (Linux or macOS).")
+    if (not_ready := _not_ready(fn, "my_keep", "tensor -> what to keep")) is not None:
+        return not_ready
     from helpers import sharing, watchdog
 
     outcome = watchdog.run(sharing.hold_many_tensors, keep=fn, start_method="fork", timeout=30)
@@ -260,12 +264,8 @@ def keep_received(fn: Any) -> Verdict:
 
 def collect(fn: Any) -> Verdict:
     """Exercise: take an 8 MB array from a producer's queue and join the producer, without hanging."""
-    if fn is None:
-        return verdict(False, "", "write my_collect, then run this cell again.")
-    if not callable(fn):
-        raise TypeError(f"fn must be a function (queue, process) -> item, got {type(fn).__name__}")
-    if _fork_or_none() is None:
-        return verdict(False, "", "this checker needs the fork start method (Linux or macOS).")
+    if (not_ready := _not_ready(fn, "my_collect", "(queue, process) -> item")) is not None:
+        return not_ready
     from helpers import sharing, watchdog
 
     outcome = watchdog.run(sharing.collect_from_producer, fn, start_method="fork", timeout=5)
@@ -278,12 +278,8 @@ def collect(fn: Any) -> Verdict:
 
 def exact_counter(fn: Any) -> Verdict:
     """Exercise: an increment of a shared mp.Value that loses no update under contention."""
-    if fn is None:
-        return verdict(False, "", "write my_increment, then run this cell again.")
-    if not callable(fn):
-        raise TypeError(f"fn must be a function counter -> None, got {type(fn).__name__}")
-    if _fork_or_none() is None:
-        return verdict(False, "", "this checker needs the fork start method (Linux or macOS).")
+    if (not_ready := _not_ready(fn, "my_increment", "counter -> None")) is not None:
+        return not_ready
     from helpers import sharing
 
     try:

@@ -23,6 +23,8 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
+from helpers.validate import non_negative, positive_int
+
 __all__ = [
     "SleepyDataset",
     "BusyDataset",
@@ -47,22 +49,6 @@ __all__ = [
 ]
 
 
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _non_negative(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if value < 0 or math.isnan(value):
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return float(value)
-
-
 def _worker_id() -> int:
     """-1 in the main process, the worker's id inside a DataLoader worker."""
     info = get_worker_info()
@@ -79,8 +65,8 @@ class SleepyDataset(Dataset):
     """
 
     def __init__(self, n: int = 64, delay: float = 0.01, record: bool = False) -> None:
-        self.n = _positive_int("n", n)
-        self.delay = _non_negative("delay", delay)
+        self.n = positive_int("n", n)
+        self.delay = non_negative("delay", delay)
         self.record = bool(record)
 
     def __len__(self) -> int:
@@ -113,7 +99,7 @@ class BusyDataset(SleepyDataset):
 
     def __init__(self, n: int = 64, work: int = 20_000, record: bool = False) -> None:
         super().__init__(n=n, delay=0.0, record=record)
-        self.work = _positive_int("work", work, minimum=0)
+        self.work = positive_int("work", work, minimum=0)
 
     def load(self, index: int) -> torch.Tensor:
         return torch.full((8,), python_augment(index, self.work))
@@ -130,8 +116,8 @@ class TorchAugmentDataset(SleepyDataset):
 
     def __init__(self, n: int = 64, passes: int = 3, size: int = 512, record: bool = False) -> None:
         super().__init__(n=n, delay=0.0, record=record)
-        self.passes = _positive_int("passes", passes)
-        self.size = _positive_int("size", size)
+        self.passes = positive_int("passes", passes)
+        self.size = positive_int("size", size)
 
     def load(self, index: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(index)
@@ -148,7 +134,7 @@ class WhoAmIDataset(Dataset):
     """Each sample reports the process that loaded it and its torch thread count."""
 
     def __init__(self, n: int = 8) -> None:
-        self.n = _positive_int("n", n)
+        self.n = positive_int("n", n)
 
     def __len__(self) -> int:
         return self.n
@@ -179,7 +165,7 @@ class StoredRngDataset(Dataset):
     """
 
     def __init__(self, n: int = 8, seed: int = 0) -> None:
-        self.n = _positive_int("n", n)
+        self.n = positive_int("n", n)
         self.rng = np.random.default_rng(seed)
 
     def __len__(self) -> int:
@@ -210,7 +196,7 @@ class RangeStream(IterableDataset):
     """Yields 0..n-1. Every worker runs the whole `__iter__`, so with W workers each item comes W times."""
 
     def __init__(self, n: int = 8) -> None:
-        self.n = _positive_int("n", n, minimum=0)
+        self.n = positive_int("n", n, minimum=0)
 
     def __iter__(self) -> Iterator[int]:
         return iter(range(self.n))
@@ -218,9 +204,9 @@ class RangeStream(IterableDataset):
 
 def shard_bounds(n: int, worker_id: int, num_workers: int) -> tuple[int, int]:
     """The contiguous slice [start, end) of n items that worker `worker_id` of `num_workers` owns."""
-    _positive_int("n", n, minimum=0)
-    _positive_int("num_workers", num_workers)
-    _positive_int("worker_id", worker_id, minimum=0)
+    positive_int("n", n, minimum=0)
+    positive_int("num_workers", num_workers)
+    positive_int("worker_id", worker_id, minimum=0)
     if worker_id >= num_workers:
         raise ValueError(f"worker_id must be < num_workers ({num_workers}), got {worker_id}")
     per_worker = math.ceil(n / num_workers)
@@ -253,8 +239,8 @@ class FailingDataset(Dataset):
     """Sample `bad` raises, as a corrupt file would."""
 
     def __init__(self, n: int = 8, bad: int = 3) -> None:
-        self.n = _positive_int("n", n)
-        self.bad = _positive_int("bad", bad, minimum=0)
+        self.n = positive_int("n", n)
+        self.bad = positive_int("bad", bad, minimum=0)
 
     def __len__(self) -> int:
         return self.n
@@ -270,7 +256,7 @@ class SlowSampleDataset(FailingDataset):
 
     def __init__(self, n: int = 8, bad: int = 2, delay: float = 3.0) -> None:
         super().__init__(n, bad)
-        self.delay = _non_negative("delay", delay)
+        self.delay = non_negative("delay", delay)
 
     def __getitem__(self, index: int) -> int:
         if index == self.bad:
@@ -288,7 +274,7 @@ class MemoryProbeDataset(Dataset):
     """
 
     def __init__(self, size: int = 2_000_000, kind: str = "list") -> None:
-        _positive_int("size", size)
+        positive_int("size", size)
         if kind not in ("list", "array"):
             raise ValueError(f"kind must be 'list' or 'array', got {kind!r}")
         self.kind = kind
@@ -343,10 +329,10 @@ def record_timeline(
     Workers stamp each sample; the main loop stamps each batch when it arrives. All times are wall-clock
     (`time.time()`), comparable across processes on one machine.
     """
-    _positive_int("num_workers", num_workers, minimum=0)
-    _positive_int("batches", batches)
-    _positive_int("batch_size", batch_size)
-    _non_negative("step", step)
+    positive_int("num_workers", num_workers, minimum=0)
+    positive_int("batches", batches)
+    positive_int("batch_size", batch_size)
+    non_negative("step", step)
     dataset = SleepyDataset(n=batches * batch_size, delay=delay, record=True)
     kwargs: dict[str, Any] = {"batch_size": batch_size}
     if num_workers:
@@ -397,11 +383,11 @@ def measure_throughput(
     """Consume the loader once. Start-up is the time to the first batch; throughput is timed from the
     moment one batch per worker has arrived, so that what every worker loaded while the others were
     still starting does not count as steady state."""
-    _positive_int("num_workers", num_workers, minimum=0)
-    _positive_int("batch_size", batch_size)
+    positive_int("num_workers", num_workers, minimum=0)
+    positive_int("batch_size", batch_size)
     total = len(dataset) // batch_size  # type: ignore[arg-type]
     warmup = max(1, num_workers)
-    batches = total if batches is None else _positive_int("batches", batches)
+    batches = total if batches is None else positive_int("batches", batches)
     if not warmup + 1 <= batches <= total:
         raise ValueError(
             f"batches must be between {warmup + 1} (one per worker, plus one) and {total} (the dataset's"
@@ -460,8 +446,8 @@ def epoch_start_costs(
 ) -> tuple[list[float], list[set[int]], list[list[int]]]:
     """Per epoch: seconds to the first batch, the worker PIDs that served it, and the epoch stamps
     the workers put on the samples (the loop sets `dataset.epoch` before each epoch)."""
-    _positive_int("epochs", epochs)
-    _positive_int("num_workers", num_workers)
+    positive_int("epochs", epochs)
+    positive_int("num_workers", num_workers)
     dataset = EpochStampDataset(n=n)
     loader = DataLoader(dataset, batch_size=1, num_workers=num_workers, persistent_workers=persistent)
     first_batch, pids, stamps = [], [], []
@@ -496,7 +482,7 @@ def worker_memory(kind: str, size: int = 2_000_000, num_workers: int = 2) -> dic
 
     if "fork" not in mp.get_all_start_methods():
         raise RuntimeError("copy-on-read is a fork effect; this platform has no fork")
-    _positive_int("num_workers", num_workers)
+    positive_int("num_workers", num_workers)
     dataset = MemoryProbeDataset(size=size, kind=kind)
     data_mb = data_bytes(dataset.values) / 2**20
     loader = DataLoader(

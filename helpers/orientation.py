@@ -19,6 +19,7 @@ from typing import Any
 
 from helpers.environment import usable_cores
 from helpers.processes import running
+from helpers.validate import positive_int
 
 __all__ = [
     "busy",
@@ -41,10 +42,7 @@ COUNTER = 0  # module state: a forked child sees the parent's value, a spawned c
 
 def busy(n: int) -> int:
     """Pure-Python CPU work: holds the GIL the whole time, so threads cannot run it in parallel."""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int, got {type(n).__name__}")
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+    positive_int("n", n, minimum=0)
     total = 0
     for i in range(n):
         total += i * i % 7
@@ -70,9 +68,7 @@ def parallel_sum(threads: int) -> float:
     """Sum 4 million ones with `threads` torch threads: a parallel OpenMP op when threads > 1."""
     import torch
 
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be an int >= 1, got {threads!r}")
-    torch.set_num_threads(threads)
+    torch.set_num_threads(positive_int("threads", threads))
     return float(torch.ones(4_000_000).sum())
 
 
@@ -164,10 +160,8 @@ def threads_vs_processes(
 ) -> ThreadsVsProcesses:
     """Time `workers` copies of `busy(n)` on threads and on processes (start-up timed apart)."""
     workers = usable_cores() if workers is None else workers
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    positive_int("workers", workers)
+    positive_int("n", n)
 
     t0 = time.perf_counter()
     busy(n)
@@ -225,8 +219,7 @@ def start_cost(methods: Sequence[str] | None = None, repeats: int = 2) -> dict[s
     for method in methods:
         if method not in available:
             raise ValueError(f"methods must be among {available} on this platform, got {method!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    positive_int("repeats", repeats)
     result = {}
     for method in methods:
         ctx = mp.get_context(method)
@@ -283,8 +276,7 @@ def oversubscription(
     for config in configs:
         if len(config) != 2 or not all(isinstance(v, int) and v >= 1 for v in config):
             raise ValueError(f"configs must be (processes, threads) pairs of ints >= 1, got {config!r}")
-    if isinstance(matmuls, bool) or not isinstance(matmuls, int) or matmuls < 1:
-        raise ValueError(f"matmuls must be an int >= 1, got {matmuls!r}")
+    positive_int("matmuls", matmuls)
     most = max(m for m, _ in configs)
     ctx = mp.get_context("spawn")
     pipes = [ctx.Pipe() for _ in range(most)]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -52,19 +53,16 @@ def strip_volatile(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def regenerate(path: Path) -> float:
     """Execute one notebook in place; return the seconds it took."""
     nb = nbformat.read(path, as_version=4)
+    km = KernelManager(kernel_name="python3", kernel_spec_manager=_ThisInterpreter())
     client = NotebookClient(
         nb,
+        km=km,
         timeout=CELL_TIMEOUT,
-        kernel_name="python3",
-        kernel_manager_class="jupyter_client.manager.KernelManager",
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=False,
         store_widget_state=False,
     )
-    client.kernel_spec_manager = _ThisInterpreter()  # type: ignore[attr-defined]
     start = time.perf_counter()
-    client.km = client.create_kernel_manager()
-    client.km.kernel_spec_manager = _ThisInterpreter()
     client.execute()
     seconds = time.perf_counter() - start
     nbformat.write(strip_volatile(nb), path)

@@ -22,6 +22,7 @@ import torch
 import torch.multiprocessing as tmp
 
 from helpers.processes import running
+from helpers.validate import positive_int
 
 __all__ = [
     "write_first_element",
@@ -50,14 +51,6 @@ _WAIT = 60.0  # seconds: generous bound for any single get/join; spawn children 
 
 def _ctx(start_method: str | None = None) -> Any:
     return tmp.get_context(start_method)
-
-
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 # ---- what crosses a process boundary -------------------------------------------------------------
@@ -133,9 +126,9 @@ def handoff_table(sizes: Sequence[int], repeats: int = 3, mode: str = "touch") -
     """`handoff_seconds` for several sizes with the same two children (start-up not timed)."""
     if mode not in ("touch", "sum"):
         raise ValueError(f"mode must be 'touch' or 'sum', got {mode!r}")
-    _positive_int("repeats", repeats)
+    positive_int("repeats", repeats)
     for nbytes in sizes:
-        _positive_int("nbytes", nbytes, minimum=4)
+        positive_int("nbytes", nbytes, minimum=4)
     plain, torchq = mp.get_context(), _ctx()
     queues = {"numpy": (plain.Queue(), plain.Queue()), "torch": (torchq.Queue(), torchq.Queue())}
     children = [
@@ -251,8 +244,8 @@ def hold_many_tensors(count: int = 200, headroom: int = 48, strategy: str | None
     under the watchdog (it changes this process's limits). keep="clone" keeps copies instead; a function
     decides what to keep of each tensor (the exercise).
     """
-    _positive_int("count", count)
-    _positive_int("headroom", headroom, minimum=16)
+    positive_int("count", count)
+    positive_int("headroom", headroom, minimum=16)
     if not callable(keep) and keep not in ("tensor", "clone"):
         raise ValueError(f"keep must be 'tensor', 'clone' or a function tensor -> kept, got {keep!r}")
     keeper = keep if callable(keep) else (lambda t: t.clone()) if keep == "clone" else (lambda t: t)
@@ -345,8 +338,8 @@ def _fill_buffers(free: Any, full: Any, count: int, shape: tuple[int, ...], reus
 def buffer_reuse(reuse: bool, count: int = 200, shape: tuple[int, ...] = (256, 1024), buffers: int = 4) -> float:
     """Items per second through a producer -> consumer pipeline; with `reuse`, the consumer sends each
     shared buffer back instead of letting the producer allocate (and share) a new one every time."""
-    _positive_int("count", count)
-    _positive_int("buffers", buffers)
+    positive_int("count", count)
+    positive_int("buffers", buffers)
     ctx = _ctx()
     free, full, done = ctx.Queue(), ctx.Queue(), ctx.Event()
     if reuse:
@@ -375,7 +368,7 @@ def buffer_reuse(reuse: bool, count: int = 200, shape: tuple[int, ...] = (256, 1
 
 def is_shared_after_put(queue_kind: str, trials: int = 20) -> int:
     """How many of `trials` fresh tensors report `is_shared()` right after `put` (nobody consumes)."""
-    _positive_int("trials", trials)
+    positive_int("trials", trials)
     if queue_kind not in ("Queue", "SimpleQueue"):
         raise ValueError(f"queue_kind must be 'Queue' or 'SimpleQueue', got {queue_kind!r}")
     ctx = _ctx()
@@ -404,7 +397,7 @@ def join_before_drain(kind: str, nbytes: int = 8 * 2**20, drain_first: bool = Fa
     other way round with `drain_first`). Run under the watchdog: joining first can hang."""
     if kind not in ("numpy", "tensor"):
         raise ValueError(f"kind must be 'numpy' or 'tensor', got {kind!r}")
-    _positive_int("nbytes", nbytes, minimum=4)
+    positive_int("nbytes", nbytes, minimum=4)
     ctx = _ctx()
     queue = ctx.Queue()
     child = ctx.Process(target=_put_one, args=(queue, kind, nbytes))
@@ -441,8 +434,8 @@ def _increment(counter: Any, barrier: Any, times: int, use_lock: bool) -> None:
 
 def count_with_value(use_lock: bool, workers: int = 4, times: int = 10_000) -> int:
     """Workers increment one shared `mp.Value` `times` times each, starting together on a Barrier."""
-    _positive_int("workers", workers)
-    _positive_int("times", times)
+    positive_int("workers", workers)
+    positive_int("times", times)
     ctx = mp.get_context()
     counter = ctx.Value("i", 0)
     barrier = ctx.Barrier(workers)
@@ -472,8 +465,8 @@ def _train_and_log(rank: int, log: torch.Tensor, steps: int, lr: float) -> None:
 
 def shared_loss_log(workers: int = 3, steps: int = 30, lr: float = 0.05) -> torch.Tensor:
     """Start `workers` processes that write their loss per step into one shared (workers x steps) tensor."""
-    _positive_int("workers", workers)
-    _positive_int("steps", steps)
+    positive_int("workers", workers)
+    positive_int("steps", steps)
     log = torch.full((workers, steps), float("nan")).share_memory_()
     ctx = _ctx()
     procs = [ctx.Process(target=_train_and_log, args=(rank, log, steps, lr)) for rank in range(workers)]
@@ -504,8 +497,8 @@ def dataloader_keeping_batches(headroom: int = 48, batches: int = 300) -> int:
 
     from helpers.loading import SleepyDataset
 
-    _positive_int("headroom", headroom, minimum=16)
-    _positive_int("batches", batches)
+    positive_int("headroom", headroom, minimum=16)
+    positive_int("batches", batches)
     loader = DataLoader(SleepyDataset(n=batches, delay=0.0), batch_size=1, num_workers=2)
     iterator = iter(loader)
     kept = [next(iterator)]
@@ -544,8 +537,8 @@ def count_with_function(increment: Any, workers: int = 4, times: int = 5_000) ->
     """Like `count_with_value`, with the increment written by the learner (needs fork to reach them)."""
     if not callable(increment):
         raise TypeError(f"increment must be a function counter -> None, got {type(increment).__name__}")
-    _positive_int("workers", workers)
-    _positive_int("times", times)
+    positive_int("workers", workers)
+    positive_int("times", times)
     ctx = mp.get_context("fork")
     counter, barrier = ctx.Value("i", 0), ctx.Barrier(workers)
     procs = [ctx.Process(target=_increment_with, args=(increment, counter, barrier, times)) for _ in range(workers)]

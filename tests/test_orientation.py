@@ -22,9 +22,12 @@ def test_threads_vs_processes_measures_all_three():
     assert result.start_method in mp.get_all_start_methods()
 
 
-@pytest.mark.parametrize("kwargs", [{"workers": 0}, {"workers": True}, {"n": 0}, {"n": "5"}])
-def test_threads_vs_processes_bad_arguments(kwargs):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [({"workers": 0}, ValueError), ({"workers": True}, TypeError), ({"n": 0}, ValueError), ({"n": "5"}, TypeError)],
+)
+def test_threads_vs_processes_bad_arguments(kwargs, error):
+    with pytest.raises(error):
         orientation.threads_vs_processes(**kwargs)
 
 
@@ -35,9 +38,12 @@ def test_start_cost_fork_only():
     assert list(cost) == ["fork"] and cost["fork"] > 0
 
 
-@pytest.mark.parametrize("kwargs", [{"methods": ["thread"]}, {"repeats": 0}, {"repeats": 1.0}])
-def test_start_cost_bad_arguments(kwargs):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [({"methods": ["thread"]}, ValueError), ({"repeats": 0}, ValueError), ({"repeats": 1.0}, TypeError)],
+)
+def test_start_cost_bad_arguments(kwargs, error):
+    with pytest.raises(error):
         orientation.start_cost(**kwargs)
 
 
@@ -55,6 +61,8 @@ def test_oversubscription_bad_configs(configs):
 def test_oversubscription_bad_matmuls():
     with pytest.raises(ValueError, match="matmuls"):
         orientation.oversubscription([(1, 1)], matmuls=0)
+    with pytest.raises(TypeError, match="matmuls"):
+        orientation.oversubscription([(1, 1)], matmuls=2.5)
 
 
 def test_call_in_spawned_child():
