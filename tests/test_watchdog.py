@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import time
 
@@ -123,12 +124,12 @@ def test_output_is_captured_and_cleaned():
     assert outcome.stderr_error == "RuntimeError: written to fd 2 at …/file.py"
 
 
-def test_notebook_style_function_fails_under_spawn_with_the_real_error():
+def test_unpicklable_target_fails_in_the_parent():
     def local(x):  # not importable by a spawn child, like a function defined in a notebook
         return x
 
-    with pytest.raises((AttributeError, TypeError, Exception)):
-        # pickling a local function fails in the parent, exactly as multiprocessing would
+    # pickling a local function fails in the parent, exactly as multiprocessing would
+    with pytest.raises((AttributeError, pickle.PicklingError), match="local"):
         watchdog.run(local, 1, start_method="spawn")
 
 
@@ -201,3 +202,19 @@ def test_torch_shm_manager_gets_to_clean_up():
     after = {f for f in os.listdir("/dev/shm") if f.startswith("torch_")} if os.path.isdir("/dev/shm") else set()
     assert after <= before
     no_children_left()
+
+
+def ghost(x):
+    return x
+
+
+def test_main_module_function_fails_in_a_spawn_child_with_the_real_error(monkeypatch):
+    """What a notebook does: the function lives in the parent's __main__, which a spawn child lacks."""
+    import sys
+
+    monkeypatch.setattr(ghost, "__module__", "__main__")
+    monkeypatch.setattr(ghost, "__qualname__", "ghost_in_main")
+    monkeypatch.setattr(sys.modules["__main__"], "ghost_in_main", ghost, raising=False)
+    outcome = watchdog.run(ghost, 1, start_method="spawn", timeout=30)
+    assert outcome.status == "raised"
+    assert outcome.error.startswith("AttributeError: Can't get attribute 'ghost_in_main' on <module '__main__'")
