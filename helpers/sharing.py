@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 import pickle
 import resource
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ __all__ = [
     "pickled_size",
     "collect_from_producer",
     "count_with_function",
+    "file_system_lifecycle",
+    "fill_array",
 ]
 
 _WAIT = 60.0  # seconds: generous bound for any single get/join; spawn children import torch first
@@ -545,3 +548,52 @@ def count_with_function(increment: Any, workers: int = 4, times: int = 5_000) ->
     with running(procs, timeout=_WAIT):
         pass
     return counter.value
+
+
+def _file_system_child(outbox: Any, release: Any, crash: bool) -> None:
+    tmp.set_sharing_strategy("file_system")
+    tensor = torch.zeros(1000).share_memory_()
+    outbox.put(os.getpid())
+    if crash:
+        time.sleep(0.5)  # let the queue's feeder thread deliver the pid first
+        os.kill(os.getpid(), signal.SIGKILL)
+    release.wait(_WAIT)
+    del tensor
+
+
+def file_system_lifecycle(crash: bool, wait: float = 10.0) -> dict[str, bool]:
+    """A child shares a tensor under `file_system`; is its named file in /dev/shm while the child lives,
+    and gone (within `wait` seconds) after it exits normally or is killed (`crash`)?"""
+    if not os.path.isdir("/dev/shm"):
+        raise RuntimeError("this demo needs /dev/shm (Linux)")
+    ctx = _ctx()
+    outbox, release = ctx.Queue(), ctx.Event()
+    child = ctx.Process(target=_file_system_child, args=(outbox, release, crash))
+    with running([child], timeout=_WAIT):
+        pid = outbox.get(timeout=_WAIT)
+
+        def files() -> list[str]:
+            return [name for name in os.listdir("/dev/shm") if name.startswith(f"torch_{pid}_")]
+
+        while_alive = bool(files())
+        release.set()
+        child.join(_WAIT)
+    deadline = time.monotonic() + wait
+    while files() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return {"a torch_* file in /dev/shm while the child lives": while_alive, "gone after it ended": not files()}
+
+
+def _fill_slot(array: Any, rank: int) -> None:
+    array[rank] = rank * 10  # each process writes only its own slot: no lock needed
+
+
+def fill_array(workers: int = 2) -> list[float]:
+    """Each of `workers` processes writes into its own slot of one shared `mp.Array`."""
+    positive_int("workers", workers)
+    ctx = mp.get_context()
+    array = ctx.Array("d", workers)
+    procs = [ctx.Process(target=_fill_slot, args=(array, rank)) for rank in range(workers)]
+    with running(procs, timeout=_WAIT):
+        pass
+    return list(array)

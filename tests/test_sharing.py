@@ -145,3 +145,18 @@ def test_collect_and_count_with_functions():
 def test_pickled_size_and_fd_count():
     assert sharing.pickled_size(np.zeros(1000)) > 8000
     assert sharing.fd_count() > 0
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
+@pytest.mark.parametrize("crash", [False, True])
+def test_file_system_segments_are_removed(crash):
+    assert sharing.file_system_lifecycle(crash) == {
+        "a torch_* file in /dev/shm while the child lives": True,
+        "gone after it ended": True,
+    }
+
+
+def test_fill_array_one_slot_per_process():
+    assert sharing.fill_array(workers=3) == [0.0, 10.0, 20.0]
+    with pytest.raises(ValueError, match="workers"):
+        sharing.fill_array(workers=0)
