@@ -265,13 +265,13 @@ def hold_many_tensors(count: int = 200, headroom: int = 48, strategy: str | None
                 kept.append(keeper(tensor))
                 del tensor
         except BaseException:
-            # Release the producer first: an Event's set() waits for every sleeper to wake, and a
-            # killed one never would. Then kill it: it would wait forever to flush what we cannot receive.
-            done.set()
+            # The producer would wait forever to flush what we can no longer receive. Kill it, and do not
+            # touch `done`: a multiprocessing Event's set() can block on a sleeper that never wakes.
             producer.kill()
             raise
-        finally:
+        else:
             done.set()
+        finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     return f"kept {len(kept)} tensors"
 
