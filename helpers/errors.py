@@ -40,25 +40,38 @@ def _first_paragraph(lines: list[str]) -> str:
     return " ".join(words)
 
 
-def error_line(text: str) -> str:
-    """The line of a traceback or log that names the error, cleaned; '' when there is none.
-
-    Takes the last line that starts with an exception name. When the message itself starts on a later
-    line (torch and multiprocessing often write `RuntimeError:` then a blank line), the first non-blank
-    paragraph after it is joined to it.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    lines = text.splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        match = _ERROR_START.match(lines[i].strip())
+def _error_lines(lines: list[str]) -> list[str]:
+    found = []
+    for i, line in enumerate(lines):
+        match = _ERROR_START.match(line.strip())
         if match:
-            head = lines[i].strip()
+            head = line.strip()
             if head.endswith(":") or head == match.group(1):
                 rest = _first_paragraph(lines[i + 1 :])
                 head = f"{match.group(1)}: {rest}" if rest else match.group(1)
-            return clean(head)
-    return ""
+            found.append(clean(head))
+    return found
+
+
+def error_line(text: str, pick: str = "last") -> str:
+    """The line of a traceback or log that names the error, cleaned; '' when there is none.
+
+    A line that starts with an exception name; when the message itself starts on a later line (torch and
+    multiprocessing often write `RuntimeError:` then a blank line), the paragraph after it is joined to
+    it. `pick="last"` takes the last such line (the outcome of one traceback); `pick="most_common"` the
+    one that occurs most often, first seen on ties: several processes writing to one file (pool workers
+    dying again and again) interleave their tracebacks and end with whatever the last one to die wrote.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if pick not in ("last", "most_common"):
+        raise ValueError(f"pick must be 'last' or 'most_common', got {pick!r}")
+    found = _error_lines(text.splitlines())
+    if not found:
+        return ""
+    if pick == "last":
+        return found[-1]
+    return max(found, key=lambda line: (found.count(line), -found.index(line)))
 
 
 def short_error(exc: BaseException, line: str = "first") -> str:

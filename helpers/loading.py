@@ -534,10 +534,11 @@ class _GeneratorDataset(Dataset):
 
 
 def torch_generator_on_dataset(multiprocessing_context: str = "spawn") -> list[int]:
-    """Load a dataset that stores a torch.Generator with 2 workers (run it under the watchdog: spawn
-    workers die printing their error, which the watchdog captures)."""
+    """Load a dataset that stores a torch.Generator with one worker (run it under the watchdog: spawn
+    workers die printing their error, which the watchdog captures; one worker, so that no two
+    tracebacks interleave in the captured output)."""
     loader = DataLoader(
-        _GeneratorDataset(), batch_size=None, num_workers=2, multiprocessing_context=multiprocessing_context
+        _GeneratorDataset(), batch_size=None, num_workers=1, multiprocessing_context=multiprocessing_context
     )
     return list(loader)
 

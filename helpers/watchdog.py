@@ -68,8 +68,9 @@ class Outcome:
 
     @property
     def stderr_error(self) -> str:
-        """The error line in the captured output, e.g. a grandchild's traceback; '' when none."""
-        return error_line(self.stderr)
+        """The error the captured output reports most often (e.g. a grandchild's traceback); '' when none.
+        The most frequent rather than the last: processes killed at the end write errors of their own."""
+        return error_line(self.stderr, pick="most_common")
 
     @property
     def as_expected(self) -> bool:

@@ -39,3 +39,12 @@ def test_bad_arguments():
         short_error("boom")
     with pytest.raises(ValueError, match="line must be 'first' or 'last'"):
         short_error(ValueError("x"), line="middle")
+
+
+def test_error_line_most_common_survives_interleaved_endings():
+    text = "RuntimeError: context has already been set\n" * 3 + "EOFError: Ran out of input\n"
+    assert error_line(text) == "EOFError: Ran out of input"
+    assert error_line(text, pick="most_common") == "RuntimeError: context has already been set"
+    assert error_line("A Error: x\nValueError: a\nKeyError: b\n", pick="most_common") == "ValueError: a"
+    with pytest.raises(ValueError, match="pick"):
+        error_line("ValueError: a", pick="first")
