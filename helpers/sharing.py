@@ -8,6 +8,7 @@ timeout. Functions that hang or crash on purpose are meant to run under `helpers
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -169,6 +170,9 @@ def handoff_table(sizes: Sequence[int], repeats: int = 3, mode: str = "touch") -
     for inbox, outbox in queues.values():
         inbox.close()
         outbox.close()
+    queues.clear()  # the nested once() still refers to the dict, so empty it rather than del it
+    del inbox, outbox
+    gc.collect()  # queues sit in reference cycles; under spawn their semaphores are files in /dev/shm
     return results
 
 
@@ -366,6 +370,8 @@ def buffer_reuse(reuse: bool, count: int = 200, shape: tuple[int, ...] = (256, 1
             done.set()
     free.close()
     full.close()
+    del free, full
+    gc.collect()  # queues sit in reference cycles; under spawn their semaphores are files in /dev/shm
     return (received - 1) / seconds
 
 

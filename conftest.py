@@ -1,6 +1,9 @@
 """Session-wide process hygiene: after all tests and notebooks, nothing they started may still run, and
 nothing new may be left in /dev/shm.
 
+It lives at the repository root so that it also runs for `pytest --nbval notebooks` (the spawn pass of
+`make test`): pytest only loads a conftest.py from the directories of the collected paths and their parents.
+
 On Linux the test process becomes a *child subreaper*: a grandchild whose parent died (a kernel killed
 by nbval, a watchdog child killed on time-out) is re-parented to the test process instead of init, so a
 leaked process anywhere below us shows up in `psutil.Process().children()`.
