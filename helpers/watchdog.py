@@ -242,7 +242,8 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 # Daemons that remove their clients' shared memory once the clients are gone; killing them first
 # would leave torch_* files in /dev/shm.
-_CLEANERS = ("torch_shm_manager",)
+# Linux cuts process names to 15 characters: "torch_shm_manag".
+_CLEANERS = ("torch_shm_manag",)
 _GROUP_GRACE = 2.0  # seconds the rest of a finished child's process group gets to end by itself
 
 
@@ -255,11 +256,11 @@ def _kill_tree(pid: int) -> int:
     below = [p for p in _descendants(pid) if _is_alive(p)]
     for proc in below:
         with contextlib.suppress(psutil.Error):
-            if proc.name() not in _CLEANERS:
+            if not _name(proc).startswith(_CLEANERS):
                 proc.kill()
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    _wait_gone([p for p in below if _name(p) not in _CLEANERS], timeout=3.0)
+    _wait_gone([p for p in below if not _name(p).startswith(_CLEANERS)], timeout=3.0)
     _end_group(pid, {pid, *(p.pid for p in below)})
     return len(below) + 1
 

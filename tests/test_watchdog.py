@@ -58,7 +58,8 @@ def no_children_left(grace: float = 10.0):
     while True:
         alive = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
         alive = [p for p in alive if not is_multiprocessing_helper(p)]
-        if not alive or time.monotonic() > deadline or any(p.name() != "torch_shm_manager" for p in alive):
+        # Linux cuts process names to 15 characters
+        if not alive or time.monotonic() > deadline or any(not p.name().startswith("torch_shm_manag") for p in alive):
             break
         time.sleep(0.2)
     assert not alive, f"leftover processes: {alive}"
