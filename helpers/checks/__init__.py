@@ -1,0 +1,31 @@
+"""Checkers for the exercises: each returns a `Verdict`, which a notebook shows as one line ("Correct: ..."
+or "Not yet: ... hint") and which is truthy only when the answer is right, so it can also be asserted.
+
+A verdict is returned, not printed: nbval runs cells without storing history, so IPython cannot see a
+trailing `;` there, and a checker that printed *and* returned a value would show two outputs.
+
+A checker must give the same verdict on every machine for the same answer: it tests the answer on fixed
+cases or by running it under the watchdog, never by timing it.
+
+Each chapter's checkers live in their own module here and are re-exported, so a notebook writes
+`checks.name(...)`. Add a chapter by writing `helpers/checks/<chapter>.py` and importing it below.
+"""
+
+from helpers.checks.core import Verdict, verdict
+from helpers.checks.loading import io_workers, shard_bounds, worker_init_fn
+from helpers.checks.orientation import fork_safe_settings, main_guard_script, threads_per_process
+from helpers.checks.sharing import collect, exact_counter, keep_received
+
+__all__ = [
+    "Verdict",
+    "verdict",
+    "threads_per_process",
+    "fork_safe_settings",
+    "main_guard_script",
+    "worker_init_fn",
+    "shard_bounds",
+    "io_workers",
+    "keep_received",
+    "collect",
+    "exact_counter",
+]
