@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-__all__ = ["speedup_bars", "bars", "scaling", "timelines"]
+__all__ = ["speedup_bars", "bars", "scaling", "timelines", "curves"]
 
 _OK, _BAD, _NEUTRAL = "#4c72b0", "#c44e52", "#8c8c8c"
 
@@ -83,6 +83,8 @@ def scaling(
     title: str,
     ideal: Sequence[float] | None = None,
     label: str = "measured",
+    xlabel: str = "num_workers",
+    ylabel: str = "speed-up over num_workers=0 (x)",
 ) -> Figure:
     """Speed-up against a worker count, with the ideal line and the usable cores marked."""
     _check([str(w) for w in workers], speedups, "speedups")
@@ -91,8 +93,8 @@ def scaling(
     ax.plot(workers, ideal, color=_NEUTRAL, linestyle="--", label="ideal")
     ax.plot(workers, speedups, color=_OK, marker="o", label=label)
     ax.axvline(cores, color=_BAD, linestyle=":", label=f"usable cores: {cores}")
-    ax.set_xlabel("num_workers")
-    ax.set_ylabel("speed-up over num_workers=0 (x)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_xticks(list(workers))
     ax.set_title(title)
     ax.legend(loc="upper left")
@@ -126,5 +128,34 @@ def timelines(
         ax.set_title(title, fontsize=9, loc="left")
         ax.set_xlim(0, end * 1.02)
     axes[-1, 0].set_xlabel("seconds since iter(loader)")
+    fig.tight_layout()
+    return fig
+
+
+def curves(
+    series: dict[str, Sequence[float]],
+    title: str,
+    smooth: int = 1,
+    xlabel: str = "step",
+    ylabel: str = "training loss",
+) -> Figure:
+    """One line per named series (e.g. the loss of each process), each a moving average over `smooth`
+    points: single-batch losses are too noisy to compare by eye."""
+    if not isinstance(series, dict) or not series:
+        raise ValueError("series must be a non-empty dict of name -> sequence of numbers")
+    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth must be an int >= 1, got {smooth!r}")
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    for name, values in series.items():
+        values = [float(v) for v in values]
+        if not values:
+            raise ValueError(f"series {name!r} is empty")
+        window = min(smooth, len(values))
+        averaged = [sum(values[i - window + 1 : i + 1]) / window for i in range(window - 1, len(values))]
+        ax.plot(range(window, len(values) + 1), averaged, label=name, linewidth=1.2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel if smooth == 1 else f"{ylabel} (mean of {smooth})")
+    ax.set_title(title)
+    ax.legend(loc="upper right")
     fig.tight_layout()
     return fig

@@ -1,0 +1,74 @@
+"""Checkers for notebook 03 (Hogwild)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from helpers.checks.core import Verdict, not_ready, verdict
+
+__all__ = ["shared_model", "shared_momentum"]
+
+
+def shared_model(prepare: Any) -> Verdict:
+    """Exercise: `prepare(model)`, called before forked Hogwild workers start, must let the parent see
+    their training. Pinned to fork: under spawn, pickling the model shares it anyway and hides the bug."""
+    if (unready := not_ready(prepare, "my_prepare", "model -> None")) is not None:
+        return unready
+    from helpers import hogwild
+
+    task = hogwild.make_task()
+    model = hogwild.make_model()
+    try:
+        prepare(model)
+    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
+        return verdict(False, "", f"prepare(model) raised {type(exc).__name__}: {exc}")
+    if not all(p.is_shared() for p in model.parameters()):
+        return verdict(
+            False,
+            "",
+            "after prepare(model) the parameters are still private to the parent: forked workers would "
+            "train copies. Which nn.Module method moves every parameter to shared memory?",
+        )
+    run = hogwild.hogwild(2, hogwild.Config(steps=1_500), task=task, model=model, share=False, start_method="fork")
+    if run.accuracy < 80:
+        return verdict(False, "", f"the parent's model reaches only {run.accuracy:.0f} % after the workers trained.")
+    return verdict(True, "the workers update the parent's parameters in place: the parent's model learned.", "")
+
+
+def shared_momentum(share_state: Any) -> Verdict:
+    """Exercise: `share_state(optimizer)`, called in the parent before the workers start, must make the
+    SGD momentum buffers one set that every worker updates and the parent can read. Pinned to fork, as
+    `shared_model`: spawn would move even private buffers to shared memory while pickling them."""
+    if (unready := not_ready(share_state, "my_share_state", "optimizer -> None")) is not None:
+        return unready
+    import torch
+
+    from helpers import hogwild
+
+    task = hogwild.make_task()
+    model = hogwild.make_model()
+    model.share_memory()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    try:
+        share_state(optimizer)
+    except Exception as exc:  # noqa: BLE001
+        return verdict(False, "", f"share_state(optimizer) raised {type(exc).__name__}: {exc}")
+    params = sum(len(group["params"]) for group in optimizer.param_groups)
+    run = hogwild.hogwild(
+        2, hogwild.Config(steps=600), task=task, model=model, optimizer=optimizer, start_method="fork"
+    )
+    state = hogwild.momentum_buffers(optimizer)
+    if state["buffers"] < params:
+        return verdict(
+            False,
+            "",
+            f"the parent's optimizer has momentum buffers for {state['buffers']} of {params} parameters: SGD "
+            "creates them lazily, at the first step, inside each worker. Create one per parameter in the parent.",
+        )
+    if not state["shared"] or state["norm"] == 0:
+        return verdict(
+            False, "", "the buffers exist but the workers' updates never reached them: put them in shared memory."
+        )
+    if run.accuracy < 80:
+        return verdict(False, "", f"the buffers are shared, but the model reaches only {run.accuracy:.0f} %.")
+    return verdict(True, f"one set of {params} shared momentum buffers, updated in place by both workers.", "")

@@ -1,0 +1,431 @@
+"""Chapter 03, Hogwild: several processes train one model in shared memory, each with its own optimizer,
+data order and seed, and no lock around the updates.
+
+Every run here goes through `hogwild()`, with one process as the baseline, so the single-process and the
+multi-process numbers come from the same code. Workers never print: they write their loss per step, the
+time span of every step and what they touched into shared tensors, and the parent reads those after
+joining them. A shared step counter (an `mp.Value` with its lock) gives the whole run one budget of
+optimizer steps, and a shared `Event` stops everyone early.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch._dynamo  # noqa: F401 - a process's first optimizer imports it (~1 s); forked workers inherit it
+import torch.multiprocessing as tmp
+from torch import nn
+from torch.nn import functional as F
+
+from helpers.processes import running
+from helpers.validate import positive_int
+
+__all__ = [
+    "Task",
+    "Config",
+    "Run",
+    "make_task",
+    "make_sparse_task",
+    "make_model",
+    "make_sparse_model",
+    "accuracy",
+    "hogwild",
+    "compare",
+    "conflicts",
+    "momentum_buffers",
+    "train_worker",
+]
+
+_WAIT = 60.0  # seconds: bound for the start barrier and for joining; spawn children import torch first
+
+
+# ---- the task and the model ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    """Training and test data. `x` holds features (dense task) or the active feature ids (sparse task)."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    classes: int
+    sparse: bool = False
+
+    def share_memory_(self) -> Task:
+        """Move the data to shared memory once, so no child gets (or pickles) a copy of it."""
+        for tensor in (self.x_train, self.y_train, self.x_test, self.y_test):
+            tensor.share_memory_()
+        return self
+
+
+def make_task(n_train: int = 20_000, n_test: int = 2_000, features: int = 20, classes: int = 10, seed: int = 0) -> Task:
+    """Points around 3 random centres per class, with unit noise: hard enough that accuracy climbs over a
+    few thousand steps (to about 92 %), made with torch so nothing is downloaded."""
+    for name, value in (("n_train", n_train), ("n_test", n_test), ("features", features)):
+        positive_int(name, value)
+    positive_int("classes", classes, minimum=2)
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(3 * classes, features, generator=g)
+    labels = torch.arange(3 * classes) % classes
+    which = torch.randint(0, 3 * classes, (n_train + n_test,), generator=g)
+    x = centres[which] + torch.randn(n_train + n_test, features, generator=g)
+    y = labels[which]
+    return Task(x[:n_train], y[:n_train], x[n_train:], y[n_train:], classes)
+
+
+def make_sparse_task(
+    n_train: int = 20_000, n_test: int = 2_000, features: int = 1_000, active: int = 4, seed: int = 0
+) -> Task:
+    """Each sample has `active` of `features` binary features on; its class is the sign of the sum of a
+    hidden weight per active feature. A step on a batch of b samples touches at most b x active rows of
+    the model: the sparse problems the Hogwild! paper has in mind."""
+    for name, value in (("n_train", n_train), ("n_test", n_test), ("active", active)):
+        positive_int(name, value)
+    positive_int("features", features, minimum=active)
+    g = torch.Generator().manual_seed(seed)
+    weights = torch.randn(features, generator=g)
+    x = torch.randint(0, features, (n_train + n_test, active), generator=g)
+    y = (weights[x].sum(1) > 0).long()
+    return Task(x[:n_train], y[:n_train], x[n_train:], y[n_train:], classes=2, sparse=True)
+
+
+def make_model(features: int = 20, hidden: int = 64, classes: int = 10, seed: int = 0) -> nn.Module:
+    """A small MLP, built from a seed so every run starts from the same weights."""
+    for name, value in (("features", features), ("hidden", hidden), ("classes", classes)):
+        positive_int(name, value)
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, classes)
+    )
+
+
+def make_sparse_model(features: int = 1_000, sparse: bool = True, seed: int = 0) -> nn.Module:
+    """A linear model on binary features: one row of 2 logits per feature, summed over the active ones.
+    With `sparse=True` a step's gradient, and so its update, covers only the rows the batch touched;
+    with `sparse=False` the same gradient is a dense tensor of zeros elsewhere, and the update rewrites
+    every row."""
+    positive_int("features", features)
+    torch.manual_seed(seed)
+    model = nn.EmbeddingBag(features, 2, mode="sum", sparse=sparse)
+    nn.init.zeros_(model.weight)
+    return model
+
+
+def accuracy(model: nn.Module, task: Task) -> float:
+    """Test accuracy in percent."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a helpers.hogwild.Task, got {type(task).__name__}")
+    with torch.no_grad():
+        predicted = model(task.x_test).argmax(1)
+    return 100.0 * (predicted == task.y_test).float().mean().item()
+
+
+# ---- one run -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """What every process of a run shares. `steps` is the budget for all processes together."""
+
+    steps: int = 2_000
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.0
+    threads: int | None = 1  # torch threads per process; None keeps torch's default (all cores)
+    seed: int = 0
+    target_loss: float | None = None  # stop everyone once a process's recent mean loss is below it
+    record_rows: bool = False  # log the rows each step touched (sparse task), for `conflicts`
+
+    def __post_init__(self) -> None:
+        positive_int("steps", self.steps)
+        positive_int("batch_size", self.batch_size)
+        if self.threads is not None:
+            positive_int("threads", self.threads)
+        for name in ("lr", "momentum"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        if self.target_loss is not None and not isinstance(self.target_loss, (int, float)):
+            raise TypeError(f"target_loss must be a number or None, got {type(self.target_loss).__name__}")
+
+
+@dataclass
+class Run:
+    """What the parent knows after joining every worker."""
+
+    processes: int
+    losses: torch.Tensor  # (processes, steps), NaN after a process's last step
+    steps: list[int]  # steps each process took
+    spans: torch.Tensor  # (processes, steps, 2): start and end of every step, seconds from the barrier
+    rows: torch.Tensor | None  # (processes, steps, batch x active) rows touched, if recorded
+    startup: float  # seconds from the first start() until every process reached the barrier
+    seconds: float  # from the barrier until the last process finished its last step
+    accuracy: float  # test accuracy of the shared model, evaluated in the parent after the join
+    model: nn.Module
+    stopped_early: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch_size * sum(self.steps) / self.seconds
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.details["batch_size"])
+
+    def curve(self) -> torch.Tensor:
+        """The loss of all processes in the order the steps were taken (by end time), for plotting."""
+        ends = self.spans[..., 1]
+        done = ~torch.isnan(self.losses)
+        order = ends[done].argsort()
+        return self.losses[done][order]
+
+
+def train_worker(
+    rank: int,
+    model: nn.Module,
+    task: Task,
+    config: Config,
+    counter: Any,
+    stop: Any,
+    barrier: Any,
+    log: torch.Tensor,
+    spans: torch.Tensor,
+    rows: torch.Tensor | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> None:
+    """One Hogwild process: its own seed, data order and (unless one is handed in) optimizer; steps are
+    claimed from the shared counter under its lock, so the run stops at one global budget."""
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)  # before any torch op: a forked child would hang otherwise
+    torch.manual_seed(config.seed + 1 + rank)
+    order = torch.Generator().manual_seed(1_000 * config.seed + rank)
+    if optimizer is None:
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    n = len(task.y_train)
+    recent: list[float] = []
+    barrier.wait(_WAIT)
+    t0 = time.monotonic()
+    step = 0
+    while not stop.is_set():
+        with counter.get_lock():
+            if counter.value >= config.steps:
+                break
+            counter.value += 1
+        start = time.monotonic() - t0
+        idx = torch.randint(0, n, (config.batch_size,), generator=order)
+        x = task.x_train[idx]
+        loss = F.cross_entropy(model(x), task.y_train[idx])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        value = loss.item()
+        log[rank, step] = value
+        spans[rank, step, 0] = start
+        spans[rank, step, 1] = time.monotonic() - t0
+        if rows is not None:
+            rows[rank, step] = x.reshape(-1)
+        step += 1
+        if config.target_loss is not None:
+            recent = (recent + [value])[-50:]
+            if len(recent) == 50 and sum(recent) / 50 < config.target_loss:
+                stop.set()
+
+
+def hogwild(
+    processes: int = 2,
+    config: Config | None = None,
+    task: Task | None = None,
+    model: nn.Module | None = None,
+    share: bool = True,
+    start_method: str | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    time_limit: float | None = None,
+    timeout: float = _WAIT,
+) -> Run:
+    """Train `model` on `task` with `processes` Hogwild workers and return what the parent sees.
+
+    `share=False` skips `model.share_memory()` (the classic mistake); `optimizer`, if given, is built in
+    the parent and handed to every worker (another one). `processes=1` is the single-process baseline,
+    run by the same code. `time_limit` (seconds after the start barrier) sets the stop signal, so a slow
+    configuration ends early instead of holding up a class; `timeout` bounds every wait.
+    """
+    positive_int("processes", processes)
+    if time_limit is not None and (
+        isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or time_limit <= 0
+    ):
+        raise ValueError(f"time_limit must be a number of seconds > 0 or None, got {time_limit!r}")
+    config = Config() if config is None else config
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a helpers.hogwild.Config, got {type(config).__name__}")
+    task = make_task() if task is None else task
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a helpers.hogwild.Task, got {type(task).__name__}")
+    if model is None:
+        model = make_sparse_model() if task.sparse else make_model(task.x_train.shape[1], classes=task.classes)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if config.record_rows and not task.sparse:
+        raise ValueError("config.record_rows needs a sparse task (make_sparse_task)")
+    task.share_memory_()
+    if share:
+        model.share_memory()
+    ctx = tmp.get_context(start_method)
+    if ctx.get_start_method() == "fork" and config.threads != 1:
+        raise ValueError(
+            f"threads={config.threads} under fork: a forked child whose parent has run a parallel torch op hangs "
+            "in OpenMP at its first parallel op; use threads=1, or start_method='spawn' for more threads"
+        )
+    counter, stop, barrier = ctx.Value("l", 0), ctx.Event(), ctx.Barrier(processes + 1)
+    log = torch.full((processes, config.steps), math.nan).share_memory_()
+    spans = torch.full((processes, config.steps, 2), math.nan, dtype=torch.float64).share_memory_()
+    rows = None
+    if config.record_rows:
+        width = config.batch_size * task.x_train.shape[1]
+        rows = torch.full((processes, config.steps, width), -1, dtype=torch.long).share_memory_()
+    procs = [
+        ctx.Process(
+            target=train_worker,
+            args=(rank, model, task, config, counter, stop, barrier, log, spans, rows, optimizer),
+        )
+        for rank in range(processes)
+    ]
+    started = time.monotonic()
+    try:
+        with running(procs, timeout=timeout):
+            _meet(barrier, procs, timeout)
+            startup = time.monotonic() - started
+            if time_limit is not None:
+                limit = time.monotonic() + time_limit
+                for proc in procs:
+                    proc.join(max(0.0, limit - time.monotonic()))
+                if any(proc.is_alive() for proc in procs):
+                    stop.set()  # nobody waits on it, so set() cannot block; workers see it before their next step
+            for proc in procs:
+                proc.join(timeout)
+            codes = [p.exitcode for p in procs]
+            if None in codes:
+                raise RuntimeError(f"a Hogwild worker was still running after {timeout} s; it is being stopped")
+            if any(code != 0 for code in codes):
+                raise RuntimeError(f"a Hogwild worker failed (exit codes {codes})")
+        stopped_early = stop.is_set()
+        steps = [int((~torch.isnan(log[r])).sum()) for r in range(processes)]
+        ends = spans[..., 1]
+        seconds = float(ends[~torch.isnan(ends)].max()) if sum(steps) else 0.0
+        return Run(
+            processes=processes,
+            losses=log.clone(),
+            steps=steps,
+            spans=spans.clone(),
+            rows=None if rows is None else rows.clone(),
+            startup=startup,
+            seconds=seconds,
+            accuracy=accuracy(model, task),
+            model=model,
+            stopped_early=stopped_early,
+            details={"batch_size": config.batch_size, "start_method": ctx.get_start_method()},
+        )
+    finally:
+        del counter, stop, barrier, procs
+        gc.collect()  # spawn-context semaphores go when their objects do; a killed kernel would leave them
+
+
+def _meet(barrier: Any, procs: list[Any], timeout: float) -> None:
+    """Join the workers at the start barrier, but give up at once if one of them died on the way (a
+    plain `barrier.wait(timeout)` would sit out the whole timeout)."""
+    deadline = time.monotonic() + timeout
+    while barrier.n_waiting < len(procs):
+        codes = [p.exitcode for p in procs]
+        if any(code is not None for code in codes) or time.monotonic() > deadline:
+            barrier.abort()
+            raise RuntimeError(f"a Hogwild worker did not reach the start barrier (exit codes {codes})")
+        time.sleep(0.002)
+    barrier.wait(timeout)
+
+
+def compare(
+    counts: list[int], config: Config | None = None, task: Task | None = None, start_method: str | None = None
+) -> dict[int, Run]:
+    """The same training (same budget of steps, same initial weights) with each number of processes in
+    `counts`, one after the other in one call, so their speeds can be compared side by side."""
+    if not isinstance(counts, (list, tuple)) or not counts:
+        raise ValueError(f"counts must be a non-empty list of process counts, got {counts!r}")
+    for count in counts:
+        positive_int("counts[...]", count)
+    task = make_task() if task is None else task
+    return {
+        n: hogwild(
+            n,
+            config,
+            task=task,
+            model=make_model(task.x_train.shape[1], classes=task.classes),
+            start_method=start_method,
+        )
+        for n in counts
+    }
+
+
+# ---- collisions ----------------------------------------------------------------------------------
+
+
+def conflicts(run: Run, dense: bool) -> dict[str, float]:
+    """Share of steps that ran at the same time as another process's step (`overlapping`), and of those
+    that also touched a row the other step touched (`conflicting`: one update was computed from
+    parameters the other was changing). In a dense model every step touches every parameter, so each
+    overlap is a conflict."""
+    if not isinstance(run, Run):
+        raise TypeError(f"run must be a helpers.hogwild.Run, got {type(run).__name__}")
+    if not dense and run.rows is None:
+        raise ValueError("this run did not record rows: use Config(record_rows=True) on a sparse task")
+    total = overlapping = conflicting = 0
+    for a in range(run.processes):
+        for i in range(run.steps[a]):
+            start, end = run.spans[a, i].tolist()
+            hit_time = hit_rows = False
+            for b in range(run.processes):
+                if b == a or run.steps[b] == 0:
+                    continue
+                other = run.spans[b, : run.steps[b]]
+                together = ((other[:, 0] < end) & (other[:, 1] > start)).nonzero().flatten()
+                if len(together) == 0:
+                    continue
+                hit_time = True
+                if dense:
+                    hit_rows = True
+                else:
+                    mine = run.rows[a, i]
+                    theirs = run.rows[b, together].flatten()
+                    hit_rows = hit_rows or bool(torch.isin(mine, theirs).any())
+                if hit_rows:
+                    break
+            total += 1
+            overlapping += hit_time
+            conflicting += hit_rows
+    if total == 0:
+        raise ValueError("the run took no steps")
+    return {"steps": total, "overlapping": overlapping / total, "conflicting": conflicting / total}
+
+
+# ---- optimizer state -----------------------------------------------------------------------------
+
+
+def momentum_buffers(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """What the parent's optimizer holds after a run: how many parameters have a momentum buffer, whether
+    those live in shared memory, and their total size (0 when the workers' momentum never came back)."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    buffers = [s["momentum_buffer"] for s in optimizer.state.values() if s.get("momentum_buffer") is not None]
+    return {
+        "buffers": len(buffers),
+        "shared": bool(buffers) and all(b.is_shared() for b in buffers),
+        "norm": float(sum(b.norm() ** 2 for b in buffers) ** 0.5) if buffers else 0.0,
+    }
