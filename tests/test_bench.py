@@ -44,3 +44,16 @@ def test_unknown_figure_is_an_error(capsys):
         bench.main(["no_such_figure"])
     assert info.value.code == 2
     assert "unknown figure" in capsys.readouterr().err
+
+
+def test_conditions_count_towards_the_floor():
+    fig = bench.Figure(ratio=3.0, limit=2.0, what="w", floor=1.5, conditions={"accuracy kept": False})
+    assert fig.meets_floor is False
+    assert bench.Figure(ratio=3.0, limit=2.0, what="w", conditions={"ok": True}).meets_floor is True
+
+
+def test_hogwild_speedup_reports_both_accuracies():
+    fig = bench.hogwild_speedup(steps=300)
+    assert fig.ratio > 0 and fig.floor == pytest.approx(0.75 * fig.limit)
+    assert "accuracy within 2 points of single process" in fig.conditions
+    assert {"accuracy_single_pct", "samples_per_s_single", "start_method"} <= set(fig.details)

@@ -1,4 +1,7 @@
+import multiprocessing as mp
+
 import pytest
+import torch
 
 from helpers import checks
 
@@ -139,3 +142,29 @@ def test_exact_counter_checker():
     assert checks.exact_counter(locked)
     assert not checks.exact_counter(double)
     assert not checks.exact_counter(unlocked)
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the checker pins fork")
+def test_shared_model_checker():
+    assert not checks.shared_model(None)
+    assert not checks.shared_model(lambda model: None)
+    assert checks.shared_model(lambda model: model.share_memory())
+    with pytest.raises(TypeError):
+        checks.shared_model("model.share_memory()")
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the checker pins fork")
+def test_shared_momentum_checker():
+    def private(optimizer):
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
+
+    def shared(optimizer):
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p).share_memory_()
+
+    assert not checks.shared_momentum(lambda optimizer: None)
+    assert not checks.shared_momentum(private)
+    assert checks.shared_momentum(shared)

@@ -36,3 +36,15 @@ def test_bad_inputs(labels, values):
 def test_highlight_length_must_match():
     with pytest.raises(ValueError, match="highlight"):
         plots.bars(["a"], [1.0], "t", highlight=[True, False])
+
+
+def test_curves_smooths_each_series():
+    fig = plots.curves({"a": [1.0, 2.0, 3.0, 4.0], "b": [2.0, 2.0]}, "t", smooth=2)
+    lines = fig.axes[0].get_lines()
+    assert list(lines[0].get_ydata()) == [1.5, 2.5, 3.5] and list(lines[1].get_ydata()) == [2.0]
+    plt.close(fig)
+    for bad in ({}, {"a": []}):
+        with pytest.raises(ValueError):
+            plots.curves(bad, "t")
+    with pytest.raises(ValueError, match="smooth"):
+        plots.curves({"a": [1.0]}, "t", smooth=0)

@@ -1,0 +1,167 @@
+"""helpers.hogwild: runs report what the notebook says, and bad input is refused with a clear error."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+import torch
+
+from helpers import hogwild
+
+HAS_FORK = "fork" in mp.get_all_start_methods()
+SHORT = hogwild.Config(steps=1_500)
+
+
+@pytest.fixture(scope="module")
+def task() -> hogwild.Task:
+    return hogwild.make_task()
+
+
+def test_task_is_seeded_and_shaped():
+    a, b = hogwild.make_task(n_train=100, n_test=10, seed=3), hogwild.make_task(n_train=100, n_test=10, seed=3)
+    assert a.x_train.shape == (100, 20) and a.x_test.shape == (10, 20) and a.classes == 10
+    assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
+    assert not torch.equal(a.x_train, hogwild.make_task(n_train=100, n_test=10, seed=4).x_train)
+
+
+def test_sparse_task_holds_feature_ids_and_two_classes():
+    sparse = hogwild.make_sparse_task(n_train=500, n_test=50, features=100, active=3)
+    assert sparse.sparse and sparse.classes == 2 and sparse.x_train.shape == (500, 3)
+    assert int(sparse.x_train.max()) < 100 and set(sparse.y_train.tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: hogwild.make_task(n_train=0),
+        lambda: hogwild.make_task(classes=1),
+        lambda: hogwild.make_sparse_task(features=3, active=4),
+        lambda: hogwild.make_model(hidden=0),
+        lambda: hogwild.make_sparse_model(features=-1),
+        lambda: hogwild.Config(steps=0),
+        lambda: hogwild.Config(lr=-0.1),
+        lambda: hogwild.Config(momentum=True),
+        lambda: hogwild.Config(threads=0),
+        lambda: hogwild.compare([]),
+        lambda: hogwild.compare([1, 0]),
+    ],
+)
+def test_bad_arguments_raise_value_errors(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_bad_types_raise_type_errors(task):
+    with pytest.raises(TypeError, match="batch_size"):
+        hogwild.Config(batch_size=2.5)
+    with pytest.raises(TypeError, match="target_loss"):
+        hogwild.Config(target_loss="low")
+    with pytest.raises(TypeError, match="config"):
+        hogwild.hogwild(1, config={"steps": 10}, task=task)
+    with pytest.raises(TypeError, match="task"):
+        hogwild.hogwild(1, task="digits")
+    with pytest.raises(TypeError, match="model"):
+        hogwild.hogwild(1, task=task, model=lambda x: x)
+    with pytest.raises(TypeError, match="model"):
+        hogwild.accuracy("model", task)
+    with pytest.raises(TypeError, match="run"):
+        hogwild.conflicts("run", dense=True)
+    with pytest.raises(TypeError, match="optimizer"):
+        hogwild.momentum_buffers([])
+
+
+def test_bad_run_arguments_raise_value_errors(task):
+    with pytest.raises(ValueError, match="processes"):
+        hogwild.hogwild(0, task=task)
+    with pytest.raises(ValueError, match="time_limit"):
+        hogwild.hogwild(1, task=task, time_limit=0)
+    with pytest.raises(ValueError, match="record_rows"):
+        hogwild.hogwild(1, hogwild.Config(record_rows=True), task=task)
+
+
+@pytest.mark.skipif(not HAS_FORK, reason="needs fork")
+def test_fork_with_several_threads_is_refused(task):
+    with pytest.raises(ValueError, match="OpenMP"):
+        hogwild.hogwild(2, hogwild.Config(threads=2), task=task, start_method="fork")
+    with pytest.raises(ValueError, match="OpenMP"):
+        hogwild.hogwild(2, hogwild.Config(threads=None), task=task, start_method="fork")
+
+
+def test_single_process_baseline_learns(task):
+    run = hogwild.hogwild(1, SHORT, task=task)
+    assert run.steps == [SHORT.steps] and run.accuracy > 85
+    assert run.seconds > 0 and run.startup > 0 and run.samples_per_s > 0
+    assert torch.isnan(run.losses).sum() == 0 and len(run.curve()) == SHORT.steps
+
+
+def test_hogwild_shares_the_budget_and_matches_one_process(task):
+    single = hogwild.hogwild(1, SHORT, task=task)
+    run = hogwild.hogwild(2, SHORT, task=task)
+    assert sum(run.steps) == SHORT.steps and min(run.steps) > 0
+    assert all(p.is_shared() for p in run.model.parameters())
+    assert abs(run.accuracy - single.accuracy) <= 2
+    assert run.losses.shape == (2, SHORT.steps) and len(run.curve()) == SHORT.steps
+
+
+@pytest.mark.skipif(not HAS_FORK, reason="needs fork")
+def test_unshared_model_under_fork_stays_untrained(task):
+    run = hogwild.hogwild(2, SHORT, task=task, model=hogwild.make_model(), share=False, start_method="fork")
+    assert run.accuracy < 20
+    assert not any(p.is_shared() for p in run.model.parameters())
+
+
+def test_unshared_model_under_spawn_is_shared_by_pickling(task):
+    run = hogwild.hogwild(1, SHORT, task=task, model=hogwild.make_model(), share=False, start_method="spawn")
+    assert run.accuracy > 85 and all(p.is_shared() for p in run.model.parameters())
+
+
+def test_optimizer_from_the_parent_keeps_its_state_in_the_workers(task):
+    model = hogwild.make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    run = hogwild.hogwild(2, SHORT, task=task, model=model, optimizer=optimizer)
+    assert run.accuracy > 85
+    assert hogwild.momentum_buffers(optimizer) == {"buffers": 0, "shared": False, "norm": 0.0}
+
+
+def test_stop_signal_from_target_loss_and_from_time_limit(task):
+    early = hogwild.hogwild(2, hogwild.Config(steps=8_000, target_loss=0.3), task=task)
+    assert early.stopped_early and sum(early.steps) < 8_000
+    timed = hogwild.hogwild(1, hogwild.Config(steps=200_000), task=task, time_limit=0.3)
+    assert timed.stopped_early and 0 < sum(timed.steps) < 200_000
+    finished = hogwild.hogwild(1, hogwild.Config(steps=50), task=task, time_limit=30)
+    assert not finished.stopped_early and finished.steps == [50]
+
+
+@pytest.mark.skipif(not HAS_FORK, reason="the failure is injected into forked children")
+def test_a_worker_dying_before_the_barrier_fails_fast(task, monkeypatch):
+    def broken(threads: int) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(hogwild.torch, "set_num_threads", broken)
+    with pytest.raises(RuntimeError, match="start barrier"):
+        hogwild.hogwild(2, SHORT, task=task, start_method="fork", timeout=30)
+
+
+def test_a_worker_failing_after_the_barrier_is_reported(task):
+    wrong = torch.nn.Linear(20, 3)  # 3 outputs for 10 classes: cross_entropy fails on labels >= 3
+    with pytest.raises(RuntimeError, match="exit codes"):
+        hogwild.hogwild(1, SHORT, task=task, model=wrong, timeout=30)
+
+
+def test_conflicts_sparse_fewer_than_dense():
+    sparse_task = hogwild.make_sparse_task()
+    config = hogwild.Config(steps=1_500, batch_size=1, lr=0.1, record_rows=True)
+    sparse = hogwild.hogwild(2, config, task=sparse_task, model=hogwild.make_sparse_model(sparse=True))
+    dense = hogwild.hogwild(2, config, task=sparse_task, model=hogwild.make_sparse_model(sparse=False))
+    s, d = hogwild.conflicts(sparse, dense=False), hogwild.conflicts(dense, dense=True)
+    assert s["steps"] == d["steps"] == 1_500
+    assert d["conflicting"] == d["overlapping"] > 0.5
+    assert s["conflicting"] < d["conflicting"]
+    with pytest.raises(ValueError, match="record"):
+        hogwild.conflicts(hogwild.hogwild(1, hogwild.Config(steps=10), task=hogwild.make_task()), dense=False)
+
+
+def test_compare_runs_each_count_on_the_same_budget(task):
+    runs = hogwild.compare([1, 2], hogwild.Config(steps=600), task=task)
+    assert list(runs) == [1, 2] and all(sum(r.steps) == 600 for r in runs.values())
