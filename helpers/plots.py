@@ -56,18 +56,17 @@ def bars(
     """One value per variant as bars (seconds by default); `highlight` colours the bars that break a
     rule (e.g. oversubscribed)."""
     _check(labels, values, "values")
-    seconds = values
-    if highlight is not None and len(highlight) != len(seconds):
+    if highlight is not None and len(highlight) != len(values):
         raise ValueError("highlight must have one entry per bar")
-    colours = [_BAD if flag else _OK for flag in highlight] if highlight is not None else [_OK] * len(seconds)
+    colours = [_BAD if flag else _OK for flag in highlight] if highlight is not None else [_OK] * len(values)
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    bars = ax.bar(labels, seconds, color=colours)
-    ax.bar_label(bars, fmt=f"%.2f {unit}")
+    bars = ax.bar(labels, values, color=colours)
+    ax.bar_label(bars, labels=[f"{v:,.0f} {unit}" if v >= 100 else f"{v:.2f} {unit}" for v in values])
     ax.set_ylabel({"s": "seconds", "MB": "MB"}.get(unit, unit))
     if log:
         ax.set_yscale("log")
     else:
-        ax.set_ylim(0, max(seconds) * 1.25)
+        ax.set_ylim(0, max(values) * 1.25)
     if highlight is not None and any(highlight) and highlight_label:
         ax.bar(0, 0, color=_BAD, label=highlight_label)
         ax.legend(loc="upper left")

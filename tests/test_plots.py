@@ -48,3 +48,10 @@ def test_curves_smooths_each_series():
             plots.curves(bad, "t")
     with pytest.raises(ValueError, match="smooth"):
         plots.curves({"a": [1.0]}, "t", smooth=0)
+
+
+def test_bar_labels_carry_the_unit_even_with_percent_signs():
+    fig = plots.bars(["a", "b"], [3.25, 1234.0], "t", unit="% of steps")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts == ["3.25 % of steps", "1,234 % of steps"]
+    plt.close(fig)
