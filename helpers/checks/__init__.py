@@ -14,6 +14,7 @@ Each chapter's checkers live in their own module here and are re-exported, so a 
 from helpers.checks.core import Verdict, verdict
 from helpers.checks.loading import io_workers, shard_bounds, worker_init_fn
 from helpers.checks.orientation import fork_safe_settings, main_guard_script, threads_per_process
+from helpers.checks.pool import chunksize_choice, imap_pipeline
 from helpers.checks.sharing import collect, exact_counter, keep_received
 
 __all__ = [
@@ -28,4 +29,6 @@ __all__ = [
     "keep_received",
     "collect",
     "exact_counter",
+    "imap_pipeline",
+    "chunksize_choice",
 ]
