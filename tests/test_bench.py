@@ -44,3 +44,21 @@ def test_unknown_figure_is_an_error(capsys):
         bench.main(["no_such_figure"])
     assert info.value.code == 2
     assert "unknown figure" in capsys.readouterr().err
+
+
+def test_pool_chunksize_figure_names_the_default_and_its_floor():
+    fig = bench.pool_chunksize(tasks=2000, workers=2, repeats=1)
+    assert fig.floor == 10.0 and fig.limit is None and fig.ratio > 0
+    assert fig.details["default_chunksize"] == 250 and "chunksize=250" in fig.what
+    assert {"chunksize_1_s", "default_s", "chunksize_1000_s", "pool_startup_s", "start_method"} <= set(fig.details)
+
+
+def test_pool_io_scaling_figure_reports_startup_and_the_cpu_bound_case():
+    fig = bench.pool_io_scaling(tasks=16, delay=0.01, workers=2)
+    assert fig.floor == 6.0 and fig.limit == 2.0 and fig.ratio > 0
+    assert {"pool_startup_s_1", "pool_startup_s_2", "cpu_bound_ratio_2", "start_method"} <= set(fig.details)
+
+
+def test_pool_figures_are_registered():
+    assert bench.FIGURES["pool_chunksize"] is bench.pool_chunksize
+    assert bench.FIGURES["pool_io_scaling"] is bench.pool_io_scaling
