@@ -50,6 +50,7 @@ __all__ = [
     "map_seconds",
     "Tracked",
     "pickles_per_task",
+    "try_map",
     "notebook_function_in_spawn_pool",
     "seeded_draws",
     "pending_after_exit",
@@ -57,6 +58,7 @@ __all__ = [
     "loader_in_pool_worker",
     "simulate_makespan",
     "tail_heavy_durations",
+    "run_pipeline",
 ]
 
 UNIT = 0.1  # seconds: item x sleeps UNIT * x(x+1)/2, so later items finish well after earlier ones
@@ -597,6 +599,21 @@ def pickles_per_task(tasks: int = 8, workers: int = 2, start_method: str | None 
     return {"one per task, as map arguments": per_task, "one for all, as initargs": as_initarg}
 
 
+def try_map(fn: Callable[[Any], Any], items: Sequence[Any], start_method: str | None = None) -> str:
+    """`Pool.map(fn, items)` on a small pool: the results, or the error the parent got, as one line."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function, got {type(fn).__name__}")
+    ctx = _ctx(start_method)
+    with ctx.Pool(1) as pool:
+        try:
+            answer = f"returned {pool.map(fn, items)}"
+        except Exception as exc:  # noqa: BLE001 - the point is to show what arrives
+            answer = short_error(exc)
+    del pool
+    gc.collect()
+    return answer
+
+
 def notebook_function_in_spawn_pool(fn: Callable[[int], Any], wait: float = 3.0, workers: int = 2) -> dict[str, bool]:
     """Map `fn` on a spawn Pool, wait `wait` seconds for the result, then terminate the pool.
 
@@ -781,3 +798,26 @@ def tail_heavy_durations(
     if slow > tasks:
         raise ValueError(f"slow must be <= tasks, got {slow} > {tasks}")
     return [fast_s] * (tasks - slow) + [slow_s] * slow
+
+
+def run_pipeline(
+    fn: Callable[[Any, Sequence[int], Any], list[int]], items: Sequence[int], workers: int = 2, progress: bool = True
+) -> list[int]:
+    """Call `fn(pool, items, bar)` with a fresh pool and a real progress bar (the exercise's pipeline)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function (pool, items, bar) -> results, got {type(fn).__name__}")
+    positive_int("workers", workers)
+    import threading
+
+    from tqdm.auto import tqdm
+
+    # tqdm's default lock includes a multiprocessing RLock: under spawn a named semaphore in /dev/shm that
+    # outlives a killed kernel. A thread lock is all a bar in this process needs.
+    tqdm.set_lock(threading.RLock())
+    with mp.get_context().Pool(workers) as pool, tqdm(total=len(items), desc="results", disable=not progress) as bar:
+        results = fn(pool, list(items), bar)
+        pool.close()
+        pool.join()
+    del pool
+    gc.collect()
+    return results
