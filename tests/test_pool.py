@@ -13,6 +13,7 @@ from helpers import watchdog
 
 HAS_FORK = "fork" in mp.get_all_start_methods()
 ITEMS = [3, 2, 1, 0]
+PLUS_ONE = lambda x: x + 1  # noqa: E731 - a module-level lambda, like one typed in a notebook
 
 
 def test_delayed_square_waits_more_for_larger_items_and_refuses_bad_items():
@@ -237,3 +238,24 @@ def test_simulated_makespan_shows_both_costs_of_a_chunksize():
             pools.simulate_makespan(*args)
     with pytest.raises(ValueError, match="slow"):
         pools.tail_heavy_durations(tasks=10, slow=11)
+
+
+def test_try_map_returns_results_or_the_parents_error():
+    assert pools.try_map(pools.tiny, [1, 2]) == "returned [2, 3]"
+    answer = pools.try_map(PLUS_ONE, [1])
+    assert answer.startswith("PicklingError: Can't pickle <function <lambda> at 0x…>: attribute lookup <lambda>")
+    with pytest.raises(TypeError, match="fn"):
+        pools.try_map(None, [1])
+
+
+def test_run_pipeline_hands_the_function_a_pool_and_a_bar():
+    def pipeline(pool, items, bar):
+        results = list(pool.imap(pools.delayed_square, items))
+        bar.update(len(results))
+        return results
+
+    assert pools.run_pipeline(pipeline, [2, 0, 1], progress=False) == [4, 0, 1]
+    with pytest.raises(TypeError, match="fn"):
+        pools.run_pipeline("imap", [1])
+    with pytest.raises(ValueError, match="workers"):
+        pools.run_pipeline(pipeline, [1], workers=0)
