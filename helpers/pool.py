@@ -113,8 +113,9 @@ def in_a_loop(items: Sequence[int]) -> list[int]:
     return [delayed_square(x) for x in items]
 
 
-def _queue_worker(tasks: Any, results: Any, catch: bool) -> None:
+def _queue_worker(tasks: Any, results: Any, catch: bool, ready: Any) -> None:
     """Process target: take (index, item) until None; answer (index, ok, value or exception)."""
+    ready.wait(_WAIT)  # a Barrier: start together, so who takes which item does not depend on start-up
     while True:
         job = tasks.get()
         if job is None:
@@ -151,13 +152,14 @@ def with_processes(
     positive_int("workers", workers)
     items = list(items)
     ctx = _ctx(start_method)
-    tasks, results = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_queue_worker, args=(tasks, results, catch)) for _ in range(workers)]
+    tasks, results, ready = ctx.Queue(), ctx.Queue(), ctx.Barrier(workers + 1)
+    procs = [ctx.Process(target=_queue_worker, args=(tasks, results, catch, ready)) for _ in range(workers)]
     got: dict[int, int] = {}
     arrival: list[int] = []
     failure: BaseException | None = None
     try:
         with running(procs, timeout=_WAIT):
+            ready.wait(_WAIT)
             for job in enumerate(items):
                 tasks.put(job)
             for _ in procs:
@@ -182,7 +184,7 @@ def with_processes(
                     failure = value
     finally:
         _released(tasks, results)
-        del tasks, results
+        del tasks, results, ready
     if failure is not None:
         raise failure
     return ProcessRun([got[i] for i in range(len(items))], arrival, [p.exitcode for p in procs])
@@ -603,10 +605,15 @@ def try_map(fn: Callable[[Any], Any], items: Sequence[Any], start_method: str | 
     """`Pool.map(fn, items)` on a small pool: the results, or the error the parent got, as one line."""
     if not callable(fn):
         raise TypeError(f"fn must be a function, got {type(fn).__name__}")
+    return _one_worker_answer(lambda pool: pool.map(fn, items), start_method)
+
+
+def _one_worker_answer(ask: Callable[[Any], Any], start_method: str | None) -> str:
+    """`ask(pool)` on a one-worker pool: "returned <value>", or the error the parent got, as one line."""
     ctx = _ctx(start_method)
     with ctx.Pool(1) as pool:
         try:
-            answer = f"returned {pool.map(fn, items)}"
+            answer = f"returned {ask(pool)}"
         except Exception as exc:  # noqa: BLE001 - the point is to show what arrives
             answer = short_error(exc)
     del pool
@@ -755,15 +762,7 @@ def _iterate_loader(num_workers: int) -> int:
 def loader_in_pool_worker(num_workers: int = 2, start_method: str | None = None) -> str:
     """A DataLoader with workers inside a (daemonic) pool worker: what the parent gets back."""
     positive_int("num_workers", num_workers, minimum=0)
-    ctx = _ctx(start_method)
-    with ctx.Pool(1) as pool:
-        try:
-            answer = f"returned {pool.apply_async(_iterate_loader, (num_workers,)).get(timeout=_WAIT)}"
-        except Exception as exc:  # noqa: BLE001 - the point is to show what arrives
-            answer = short_error(exc)
-    del pool
-    gc.collect()
-    return answer
+    return _one_worker_answer(lambda pool: pool.apply_async(_iterate_loader, (num_workers,)).get(_WAIT), start_method)
 
 
 # ---- choosing a chunksize (exercise) -----------------------------------------------------------------

@@ -144,23 +144,19 @@ def test_exact_counter_checker():
 def test_imap_pipeline_checker():
     from helpers.pool import delayed_square
 
-    def ordered(pool, items, bar):
-        results = []
-        for result in pool.imap(delayed_square, items):
-            results.append(result)
-            bar.update(1)
-        return results
+    def streaming(method):
+        def pipeline(pool, items, bar):
+            results = []
+            for result in getattr(pool, method)(delayed_square, items):
+                results.append(result)
+                bar.update(1)
+            return results
+
+        return pipeline
 
     def all_at_once(pool, items, bar):
         results = pool.map(delayed_square, items)
         bar.update(len(items))
-        return results
-
-    def unordered(pool, items, bar):
-        results = []
-        for result in pool.imap_unordered(delayed_square, items):
-            results.append(result)
-            bar.update(1)
         return results
 
     def bar_at_the_end(pool, items, bar):
@@ -170,9 +166,9 @@ def test_imap_pipeline_checker():
         return results
 
     assert not checks.imap_pipeline(None)
-    assert checks.imap_pipeline(ordered)
+    assert checks.imap_pipeline(streaming("imap"))
     assert "pool.imap" in repr(checks.imap_pipeline(all_at_once))
-    assert not checks.imap_pipeline(unordered)
+    assert not checks.imap_pipeline(streaming("imap_unordered"))
     assert "bar.update(1)" in repr(checks.imap_pipeline(bar_at_the_end))
     assert "raised ZeroDivisionError" in repr(checks.imap_pipeline(lambda pool, items, bar: 1 / 0))
     assert "return the list" in repr(checks.imap_pipeline(lambda pool, items, bar: None))
