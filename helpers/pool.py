@@ -81,11 +81,6 @@ def _released(*objects: Any) -> None:
     gc.collect()
 
 
-def _wait_barrier(barrier: Any) -> None:
-    """Pool initializer: wait until every worker (and the parent) has started, so timing excludes start-up."""
-    barrier.wait(_WAIT)
-
-
 # ---- one job, four ways ------------------------------------------------------------------------------
 
 
