@@ -23,7 +23,15 @@ from typing import Any
 from helpers import orientation
 from helpers.environment import default_start_method, usable_cores
 
-__all__ = ["Figure", "FIGURES", "threads_vs_processes", "spawn_vs_fork_start", "main"]
+__all__ = [
+    "Figure",
+    "FIGURES",
+    "threads_vs_processes",
+    "spawn_vs_fork_start",
+    "pool_chunksize",
+    "pool_io_scaling",
+    "main",
+]
 
 
 @dataclass
@@ -208,6 +216,55 @@ def hogwild_speedup(steps: int = 12_000) -> Figure:
     )
 
 
+def pool_chunksize(tasks: int = 20_000, workers: int | None = None, repeats: int = 3) -> Figure:
+    """`Pool.map` of many tiny tasks on usable-cores workers: seconds with chunksize=1 / with the default."""
+    from helpers import pool
+
+    workers = usable_cores() if workers is None else workers
+    one_chunk_each = -(-tasks // workers)
+    seconds, startup = pool.map_seconds(tasks, workers, [1, None, one_chunk_each], repeats=repeats)
+    default = pool.default_chunksize(tasks, workers)
+    return Figure(
+        ratio=seconds[1] / seconds[None],
+        limit=None,
+        floor=10.0,
+        what=f"Pool.map of {tasks:,} tiny tasks on {workers} workers: chunksize=1 / default (chunksize={default})",
+        details={
+            "default_chunksize": default,
+            "chunksize_1_s": seconds[1],
+            "default_s": seconds[None],
+            f"chunksize_{one_chunk_each}_s": seconds[one_chunk_each],
+            "per_task_overhead_us": (seconds[1] - seconds[None]) / tasks * 1e6,
+            "pool_startup_s": startup,
+            "start_method": default_start_method(),
+        },
+    )
+
+
+def pool_io_scaling(tasks: int = 160, delay: float = 0.02, workers: int = 8) -> Figure:
+    """Data collection (`delay` s of waiting per task) feeding Hogwild steps on a shared model, chunksize=1:
+    tasks/s with `workers` pool workers / with 1. The same with CPU-bound collection is reported beside."""
+    from helpers import pool
+
+    io = pool.scaling([1, workers], tasks=tasks, kind="io", delay=delay)
+    cpu = pool.scaling([1, workers], tasks=max(workers, tasks // 4), kind="cpu", delay=delay)
+    return Figure(
+        ratio=io[workers].tasks_per_s / io[1].tasks_per_s,
+        limit=float(workers),
+        floor=6.0,
+        what=f"I/O-bound collection ({delay * 1000:g} ms wait) + Hogwild step, {tasks} tasks: {workers} workers / 1",
+        details={
+            "tasks_per_s_1": io[1].tasks_per_s,
+            f"tasks_per_s_{workers}": io[workers].tasks_per_s,
+            "pool_startup_s_1": io[1].startup,
+            f"pool_startup_s_{workers}": io[workers].startup,
+            f"cpu_bound_ratio_{workers}": cpu[workers].tasks_per_s / cpu[1].tasks_per_s,
+            "usable_cores": usable_cores(),
+            "start_method": default_start_method(),
+        },
+    )
+
+
 FIGURES: dict[str, Callable[[], Figure]] = {
     "threads_vs_processes": threads_vs_processes,
     "spawn_vs_fork_start": spawn_vs_fork_start,
@@ -215,6 +272,8 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "dataloader_cpu": dataloader_cpu,
     "queue_shared_vs_pickle": queue_shared_vs_pickle,
     "hogwild_speedup": hogwild_speedup,
+    "pool_chunksize": pool_chunksize,
+    "pool_io_scaling": pool_io_scaling,
 }
 
 
@@ -253,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for name, fn in FIGURES.items():
-            print(f"{name}: {(fn.__doc__ or 'no description').strip().splitlines()[0]}")
+            summary = " ".join((fn.__doc__ or "no description").split())
+            print(f"{name}: {summary.split('. ')[0].rstrip('.')}")
         return 0
     unknown = [name for name in args.names if name not in FIGURES]
     if unknown:

@@ -57,3 +57,21 @@ def test_hogwild_speedup_reports_both_accuracies():
     assert fig.ratio > 0 and fig.floor == pytest.approx(0.75 * fig.limit)
     assert "accuracy within 2 points of single process" in fig.conditions
     assert {"accuracy_single_pct", "samples_per_s_single", "start_method"} <= set(fig.details)
+
+
+def test_pool_chunksize_figure_names_the_default_and_its_floor():
+    fig = bench.pool_chunksize(tasks=2000, workers=2, repeats=1)
+    assert fig.floor == 10.0 and fig.limit is None and fig.ratio > 0
+    assert fig.details["default_chunksize"] == 250 and "chunksize=250" in fig.what
+    assert {"chunksize_1_s", "default_s", "chunksize_1000_s", "pool_startup_s", "start_method"} <= set(fig.details)
+
+
+def test_pool_io_scaling_figure_reports_startup_and_the_cpu_bound_case():
+    fig = bench.pool_io_scaling(tasks=16, delay=0.01, workers=2)
+    assert fig.floor == 6.0 and fig.limit == 2.0 and fig.ratio > 0
+    assert {"pool_startup_s_1", "pool_startup_s_2", "cpu_bound_ratio_2", "start_method"} <= set(fig.details)
+
+
+def test_pool_figures_are_registered():
+    assert bench.FIGURES["pool_chunksize"] is bench.pool_chunksize
+    assert bench.FIGURES["pool_io_scaling"] is bench.pool_io_scaling

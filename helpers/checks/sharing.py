@@ -35,18 +35,26 @@ def collect(fn: Any) -> Verdict:
     return verdict(True, "the queue is drained before the join, so the producer's feeder thread can finish.", "")
 
 
-def exact_counter(fn: Any) -> Verdict:
-    """Exercise: an increment of a shared mp.Value that loses no update under contention."""
+def exact_counter(fn: Any, tries: int = 5) -> Verdict:
+    """Exercise: an increment of a shared mp.Value that loses no update under contention.
+
+    A race does not lose updates every time: if the scheduler happens to run the workers one after the
+    other, an unlocked increment comes out exact. So the answer must be exact in `tries` runs in a row; a
+    wrong one loses updates in at least one of them (seen here: several thousand lost in nearly every run).
+    """
     if (unready := not_ready(fn, "my_increment", "counter -> None")) is not None:
         return unready
     from helpers import sharing
 
-    try:
-        total = sharing.count_with_function(fn, workers=4, times=5_000)
-    except Exception as exc:  # noqa: BLE001
-        return verdict(False, "", f"the workers failed: {type(exc).__name__}: {exc}")
-    if total < 20_000:
-        return verdict(False, "", "updates were lost (the total is below 4 x 5,000): read-add-write must be atomic.")
-    if total > 20_000:
-        return verdict(False, "", "the total is above 4 x 5,000: increment by exactly 1 per call.")
-    return verdict(True, "4 x 5,000 increments, none lost.", "")
+    for _ in range(tries):
+        try:
+            total = sharing.count_with_function(fn, workers=4, times=5_000)
+        except Exception as exc:  # noqa: BLE001
+            return verdict(False, "", f"the workers failed: {type(exc).__name__}: {exc}")
+        if total < 20_000:
+            return verdict(
+                False, "", "updates were lost (the total is below 4 x 5,000): read-add-write must be atomic."
+            )
+        if total > 20_000:
+            return verdict(False, "", "the total is above 4 x 5,000: increment by exactly 1 per call.")
+    return verdict(True, f"4 x 5,000 increments, none lost, in {tries} runs.", "")

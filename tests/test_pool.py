@@ -1,0 +1,267 @@
+"""helpers.pool: each experiment reports what notebook 04 says, and bad input is refused by name."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+
+import pytest
+import torch
+
+from helpers import pool as pools
+from helpers import watchdog
+
+HAS_FORK = "fork" in mp.get_all_start_methods()
+ITEMS = [3, 2, 1, 0]
+PLUS_ONE = lambda x: x + 1  # noqa: E731 - a module-level lambda, like one typed in a notebook
+
+
+def test_delayed_square_waits_more_for_larger_items_and_refuses_bad_items():
+    assert pools.delayed_square(0) == 0 and pools.delayed_square(2) == 4
+    assert pools.power(3, 2) == 9
+    assert pools.in_a_loop([2, 0]) == [4, 0]
+    with pytest.raises(ValueError, match="item must be >= 0"):
+        pools.delayed_square(-1)
+    with pytest.raises(TypeError, match="x must be an int"):
+        pools.delayed_square(1.5)
+
+
+def test_processes_with_queues_return_in_order_and_record_arrival():
+    run = pools.with_processes(ITEMS)
+    assert run.results == [9, 4, 1, 0]
+    assert run.arrival == [3, 2, 1, 0]  # the shortest task (last item) comes back first
+    assert run.exitcodes == [0, 0, 0, 0]
+
+
+def test_processes_reraise_a_worker_exception_in_the_parent():
+    with pytest.raises(ValueError, match="item must be >= 0, got -1"):
+        pools.with_processes([1, -1, 0], workers=2)
+
+
+def test_a_worker_that_dies_is_noticed_instead_of_waited_for():
+    outcome = watchdog.run(pools.with_processes, [1, -1, 0], workers=2, catch=False, timeout=30)
+    assert outcome.status == "raised" and "ChildProcessError" in outcome.error
+    assert outcome.stderr_error == "ValueError: item must be >= 0, got -1"
+
+
+def test_process_arguments_are_checked():
+    with pytest.raises(ValueError, match="workers"):
+        pools.with_processes(ITEMS, workers=0)
+    with pytest.raises(ValueError, match="start_method"):
+        pools.with_processes(ITEMS, start_method="thread")
+
+
+def test_pool_methods_order_results_except_imap_unordered():
+    out = pools.with_pool(ITEMS)
+    for method in ("map", "imap", "starmap", "apply_async"):
+        assert out[method] == [9, 4, 1, 0], method
+    assert out["imap_unordered"] == [0, 1, 4, 9]
+
+
+def test_pool_errors_reach_the_parent_with_their_type():
+    for method in ("map", "imap", "apply_async"):
+        assert pools.pool_error([1, -1], method) == "ValueError: item must be >= 0, got -1"
+    assert pools.pool_error([1, 0]) == "no error"
+    with pytest.raises(ValueError, match="method"):
+        pools.pool_error([1], "starmap")
+
+
+def test_spawn_runs_fn_with_rank_and_returns_a_context():
+    report = pools.with_spawn([2, 1, 0], nprocs=2)
+    assert report["returned"] == "ProcessContext"
+    assert report["join(timeout=0) right after start"] is False and report["join() at the end"] is True
+    assert report["results"] == [4, 1, 0] and report["exit codes"] == [0, 0]
+    with pytest.raises(ValueError, match="nprocs"):
+        pools.with_spawn([1], nprocs=0)
+
+
+def test_spawn_failure_raises_and_terminates_the_other_ranks():
+    import tempfile
+    from pathlib import Path
+
+    def error_files() -> set[Path]:
+        return set(Path(tempfile.gettempdir()).glob("pytorch-errorfile-*"))
+
+    before = error_files()
+    report = pools.spawn_failure(nprocs=2, seconds=30)
+    assert report["raised"] == "ProcessRaisedException: -- Process 1 terminated with the following error:"
+    assert report["original error (last line)"] == "ValueError: rank 1 failed on purpose"
+    assert report["error_index"] == 1
+    assert report["exit codes"] == [-15, 1]  # rank 0 was sent SIGTERM
+    assert error_files() <= before, "the failing rank's error file must not be left behind"
+    with pytest.raises(ValueError, match="nprocs"):
+        pools.spawn_failure(nprocs=1)
+
+
+@pytest.mark.parametrize("way, workers", [("loop", 1), ("pool", 3), ("process", 3)])
+def test_collect_and_train_logs_every_step_and_learns(way, workers):
+    run = pools.collect_and_train(workers, tasks=24, delay=0.005, way=way)
+    assert run.way == way and run.workers == workers
+    assert not torch.isnan(run.combined).any()
+    assert int((~torch.isnan(run.log)).sum()) == 24  # each task logged once, in its process's row
+    assert run.combined[-1] < run.combined[0] / 10
+    assert run.weight_error < 0.1 and run.seconds > 0 and run.tasks_per_s > 0
+
+
+def test_collect_and_train_refuses_bad_arguments():
+    for kwargs, name in (
+        ({"workers": 0}, "workers"),
+        ({"workers": 1, "tasks": 0}, "tasks"),
+        ({"workers": 1, "kind": "gpu"}, "kind"),
+        ({"workers": 1, "way": "thread"}, "way"),
+        ({"workers": 2, "way": "loop"}, "workers must be 1"),
+        ({"workers": 1, "delay": -1}, "delay"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            pools.collect_and_train(**kwargs)
+    with pytest.raises(TypeError, match="workers"):
+        pools.collect_and_train(1.5)
+
+
+def test_scaling_io_bound_scales_past_the_cores_cpu_bound_does_not():
+    io = pools.scaling([1, 4], tasks=24, kind="io", delay=0.02)
+    cpu = pools.scaling([1, 4], tasks=8, kind="cpu", delay=0.02)
+    assert io[4].tasks_per_s / io[1].tasks_per_s > 2.5  # 4 waiting workers overlap, whatever the cores
+    assert cpu[4].tasks_per_s / cpu[1].tasks_per_s < io[4].tasks_per_s / io[1].tasks_per_s
+    for bad in ([], [0], [True], [1.5]):
+        with pytest.raises(ValueError, match="workers"):
+            pools.scaling(bad)
+
+
+def test_default_chunksize_is_cpythons_rule(monkeypatch):
+    assert pools.default_chunksize(20_000, 2) == 2500
+    assert pools.default_chunksize(10, 2) == 2 and pools.default_chunksize(0, 2) == 0
+    seen = []
+    original = mp.pool.Pool._get_tasks
+
+    def spy(func, it, size):
+        seen.append(size)
+        return original(func, it, size)
+
+    monkeypatch.setattr(mp.pool.Pool, "_get_tasks", staticmethod(spy))
+    with mp.get_context().Pool(3) as pool:
+        pool.map(pools.tiny, range(1001))
+    assert seen == [pools.default_chunksize(1001, 3)]
+    with pytest.raises(ValueError, match="workers"):
+        pools.default_chunksize(10, 0)
+    with pytest.raises(TypeError, match="tasks"):
+        pools.default_chunksize("10", 2)
+
+
+def test_map_seconds_times_each_chunksize_on_one_pool():
+    seconds, startup = pools.map_seconds(2000, 2, [1, None, 1000])
+    assert set(seconds) == {1, None, 1000} and startup > 0
+    assert seconds[1] > seconds[None]  # 2,000 round trips against 8
+    for chunksizes, name in (([0], "chunksize"), ([], "chunksizes")):
+        with pytest.raises(ValueError, match=name):
+            pools.map_seconds(10, 2, chunksizes)
+    with pytest.raises(ValueError, match="repeats"):
+        pools.map_seconds(10, 2, [1], repeats=0)
+
+
+@pytest.mark.parametrize("method", [m for m in ("fork", "spawn") if m in mp.get_all_start_methods()])
+def test_every_task_argument_is_pickled_even_under_fork(method):
+    counts = pools.pickles_per_task(tasks=6, workers=2, start_method=method)
+    assert counts["one per task, as map arguments"] == 6
+    assert counts["one for all, as initargs"] == (0 if method == "fork" else 2)
+
+
+@pytest.mark.skipif(not HAS_FORK, reason="the demo carries a __main__ function into the watchdog by fork")
+def test_a_main_module_function_hangs_a_spawn_pool(monkeypatch):
+    main = sys.modules["__main__"]
+
+    def only_in_this_process(x):
+        return x
+
+    only_in_this_process.__module__ = "__main__"
+    only_in_this_process.__qualname__ = only_in_this_process.__name__ = "only_in_this_process"
+    monkeypatch.setattr(main, "only_in_this_process", only_in_this_process, raising=False)
+    outcome = watchdog.run(pools.notebook_function_in_spawn_pool, only_in_this_process, 2.0, start_method="fork")
+    assert outcome.status == "returned", outcome
+    assert outcome.value == {"get(timeout=2) raised TimeoutError": True, "dead workers were replaced": True}
+    assert "Can't get attribute 'only_in_this_process'" in outcome.stderr_error
+    with pytest.raises(TypeError, match="fn"):
+        pools.notebook_function_in_spawn_pool(3)
+
+
+@pytest.mark.parametrize("method", [m for m in ("fork", "spawn") if m in mp.get_all_start_methods()])
+def test_an_initializer_seeds_each_worker_reproducibly(method):
+    seeded = pools.seeded_draws(True, start_method=method)
+    assert seeded == {
+        "every worker drew": True,
+        "all workers drew the same first number": False,
+        "draws follow the seed base_seed + worker number": True,
+        "one torch thread per worker": True,
+    }
+    unseeded = pools.seeded_draws(False, start_method=method)
+    assert unseeded["every worker drew"]
+    # fork copies this process's generator into every worker; spawn starts each from a fresh random seed
+    assert unseeded["all workers drew the same first number"] is (method == "fork")
+    with pytest.raises(ValueError, match="workers"):
+        pools.seeded_draws(True, workers=1)
+
+
+def test_leaving_a_pool_block_terminates_pending_work():
+    lost = pools.pending_after_exit(close_first=False)
+    assert lost["result"].startswith("TimeoutError")
+    assert pools.pending_after_exit(close_first=True)["result"] == 9
+
+
+def test_maxtasksperchild_replaces_workers():
+    import os
+
+    pids = pools.worker_pids(tasks=6, maxtasksperchild=2)
+    assert len(set(pids)) == 3 and os.getpid() not in pids
+    assert len(set(pools.worker_pids(tasks=4, maxtasksperchild=None))) == 1
+    with pytest.raises(ValueError, match="maxtasksperchild"):
+        pools.worker_pids(maxtasksperchild=0)
+
+
+def test_pool_workers_cannot_start_dataloader_workers():
+    assert pools.loader_in_pool_worker(2) == "AssertionError: daemonic processes are not allowed to have children"
+    assert pools.loader_in_pool_worker(0) == "returned 8"
+    with pytest.raises(TypeError, match="num_workers"):
+        pools.loader_in_pool_worker("2")
+
+
+def test_simulated_makespan_shows_both_costs_of_a_chunksize():
+    durations = pools.tail_heavy_durations()
+    assert len(durations) == 4000 and durations[-1] == 0.02 and durations[0] == 0.00005
+    ideal = sum(durations) / 4
+    one = pools.simulate_makespan(durations, 4, 1, 0.0001)
+    default = pools.simulate_makespan(durations, 4, pools.default_chunksize(4000, 4), 0.0001)
+    ten = pools.simulate_makespan(durations, 4, 10, 0.0001)
+    assert ideal < ten < one < default
+    assert pools.simulate_makespan([1.0, 1.0], 2, 1, 0.0) == 1.0
+    assert pools.simulate_makespan([1.0, 1.0], 2, 2, 0.5) == 2.5
+    for args, name in (
+        (([], 2, 1, 0.0), "durations"),
+        (([1.0], 0, 1, 0.0), "workers"),
+        (([1.0], 1, 0, 0.0), "chunksize"),
+        (([1.0], 1, 1, -1.0), "overhead"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            pools.simulate_makespan(*args)
+    with pytest.raises(ValueError, match="slow"):
+        pools.tail_heavy_durations(tasks=10, slow=11)
+
+
+def test_try_map_returns_results_or_the_parents_error():
+    assert pools.try_map(pools.tiny, [1, 2]) == "returned [2, 3]"
+    answer = pools.try_map(PLUS_ONE, [1])
+    assert answer.startswith("PicklingError: Can't pickle <function <lambda> at 0x…>: attribute lookup <lambda>")
+    with pytest.raises(TypeError, match="fn"):
+        pools.try_map(None, [1])
+
+
+def test_run_pipeline_hands_the_function_a_pool_and_a_bar():
+    def pipeline(pool, items, bar):
+        results = list(pool.imap(pools.delayed_square, items))
+        bar.update(len(results))
+        return results
+
+    assert pools.run_pipeline(pipeline, [2, 0, 1], progress=False) == [4, 0, 1]
+    with pytest.raises(TypeError, match="fn"):
+        pools.run_pipeline("imap", [1])
+    with pytest.raises(ValueError, match="workers"):
+        pools.run_pipeline(pipeline, [1], workers=0)
