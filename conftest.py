@@ -71,6 +71,18 @@ def _alive_descendants() -> list[psutil.Process]:
 def pytest_sessionstart(session: pytest.Session) -> None:
     _become_subreaper()
     session.config._shm_before = _shm_files()  # type: ignore[attr-defined]
+    session.config._shm_made_by = {}  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Note which test (or notebook cell) a /dev/shm name first appeared during, so that a leak found at
+    the end of the session names its likely origin instead of just a random file name."""
+    before = _shm_files()
+    yield
+    made_by = item.config._shm_made_by  # type: ignore[attr-defined]
+    for name in _shm_files() - before:
+        made_by.setdefault(name, item.nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -87,7 +99,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for proc in leaked:
         with contextlib.suppress(psutil.Error):
             problems.append(f"process still running: pid {proc.pid}: {' '.join(proc.cmdline())[:200]}")
-    problems += [f"file left in /dev/shm: {name}" for name in new_shm]
+    made_by = session.config._shm_made_by  # type: ignore[attr-defined]
+    problems += [
+        f"file left in /dev/shm: {name} (appeared during {made_by.get(name, 'no single test')})" for name in new_shm
+    ]
     if problems:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         lines = ["process hygiene check FAILED:", *problems]
