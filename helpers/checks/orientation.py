@@ -68,7 +68,11 @@ def main_guard_script(source: Any, timeout: float = 5.0) -> Verdict:
         outcome = watchdog.run_script(path, timeout=timeout)
     if outcome.status == "hung":
         hint = "What does a spawn child run again when it imports the script?"
-        return verdict(False, "", f"the script {outcome}; {outcome.stderr_error or 'no error printed'}. {hint}")
+        # Not the stack: where the parent is when killed (still starting workers or already in map) is a race.
+        said = outcome.stderr_error or "nothing"
+        return verdict(
+            False, "", f"the script hung (killed after {outcome.timeout:g} s); its processes said: {said}. {hint}"
+        )
     if outcome.status != "returned":
         return verdict(False, "", f"the script {outcome}.")
     if "set_start_method" in source:
