@@ -61,6 +61,7 @@ __all__ = [
     "isolated",
     "torchrun_standalone",
     "torchrun_two_nodes",
+    "torchrun_all",
     "two_node_commands",
     "TrainRun",
     "ddp_throughput",
@@ -595,7 +596,9 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock.fileno(), _SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | _IFF_UP))
 
 
-_ENTER = "import os, sys; from helpers.distributed import _loopback_up; _loopback_up(); os.execvp(sys.argv[1], sys.argv[1:])"
+_ENTER = (
+    "import os, sys; from helpers.distributed import _loopback_up; _loopback_up(); os.execvp(sys.argv[1], sys.argv[1:])"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -717,6 +720,20 @@ def torchrun_two_nodes(kind: str, steps: int = 3, timeout: float = 60.0) -> list
         driver = [sys.executable, "-c", _TWO_NODES, json.dumps(commands), str(timeout)]
         isolated(driver, timeout=timeout + 10, env=_torchrun_env(tmp))
         return _read_results(out)
+
+
+def torchrun_all(steps: int = 3, timeout: float = 90.0) -> dict[str, list[dict[str, Any]]]:
+    """The three torchrun jobs of the notebook at once ("standalone", "c10d", "static"): each takes a few
+    seconds of mostly waiting (imports, rendezvous, shutdown), so running them side by side saves time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(3) as pool:
+        jobs = {
+            "standalone": pool.submit(torchrun_standalone, 2, steps, timeout),
+            "c10d": pool.submit(torchrun_two_nodes, "c10d", steps, timeout),
+            "static": pool.submit(torchrun_two_nodes, "static", steps, timeout),
+        }
+        return {name: job.result() for name, job in jobs.items()}
 
 
 # ----------------------------------------------------------------------------------------- speed
