@@ -207,6 +207,7 @@ def launch(
     threads: int = 1,
     env: dict[str, str] | None = None,
     kwargs: dict[str, dict[str, Any]] | None = None,
+    tmpdir: str | None = None,
 ) -> dict[int, dict[str, Any]]:
     """Start `world_size` ranks in one process group, run the `demos` (names in `DEMOS`, or functions
     `fn(rank, world_size, **kw)` when the start method is fork) one after another in every rank, and
@@ -215,7 +216,9 @@ def launch(
     One launch runs several demos because each launch costs a process start (1-2.5 s under spawn).
     `init` is "store" (TCPStore on 127.0.0.1, a fresh free port per launch) or "file" (`file://`).
     A rank that raises stops the others and its error is re-raised here (`ProcessRaisedException`);
-    nothing waits longer than `timeout` seconds (then `TimeoutError`).
+    nothing waits longer than `timeout` seconds (then `TimeoutError`). Every file (results, the
+    rendezvous file, torch's `pytorch-errorfile-*`) goes into one temporary folder, made inside `tmpdir`
+    when given: a caller that may be killed (a hang demo under the watchdog) passes a folder it removes.
     """
     import multiprocessing as mp
 
@@ -233,11 +236,15 @@ def launch(
         if not isinstance(demo, str) and not callable(demo):
             raise TypeError(f"a demo must be a name or a function, got {type(demo).__name__}")
     method = start_method or mp.get_start_method()
-    with tempfile.TemporaryDirectory(prefix="ddp-") as outdir:
+    with tempfile.TemporaryDirectory(prefix="ddp-", dir=tmpdir) as outdir:
         port = free_port() if init == "store" else None
         init_file = os.path.join(outdir, "rendezvous") if init == "file" else None
         args = (world_size, list(demos), port, init_file, outdir, threads, dict(env or {}), dict(kwargs or {}))
-        context = tmp.start_processes(_rank_main, args=args, nprocs=world_size, join=False, start_method=method)
+        saved, tempfile.tempdir = tempfile.tempdir, outdir  # torch writes its error files to tempfile's folder
+        try:
+            context = tmp.start_processes(_rank_main, args=args, nprocs=world_size, join=False, start_method=method)
+        finally:
+            tempfile.tempdir = saved
         deadline = time.monotonic() + timeout
         try:
             while not context.join(timeout=0.05):
@@ -616,9 +623,10 @@ def isolation_available() -> bool:
     return done.returncode == 0
 
 
-def isolated(command: Sequence[str], timeout: float = 60.0, env: dict[str, str] | None = None) -> str:
+def isolated(command: Sequence[str], timeout: float = 60.0, env: dict[str, str | None] | None = None) -> str:
     """Run `command` (inside a private network namespace whose only interface is loopback, when
     available) and return its stdout; its whole process group is killed after `timeout` seconds.
+    `env` adds variables to this process's environment (None removes one).
     A non-zero exit raises `RuntimeError` with the cleaned error line of its output."""
     if isinstance(command, str) or not command:
         raise TypeError("command must be a non-empty list of strings")
@@ -628,7 +636,7 @@ def isolated(command: Sequence[str], timeout: float = 60.0, env: dict[str, str] 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None},
         start_new_session=True,
     )
     try:
@@ -653,9 +661,10 @@ def _read_results(outdir: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: row["RANK"])
 
 
-def _torchrun_env(tmp: str) -> dict[str, str]:
+def _torchrun_env(tmp: str) -> dict[str, str | None]:
     # torchrun writes torchelastic_* folders and error files under TMPDIR; the caller removes tmp
-    return {"TMPDIR": tmp, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "LOGLEVEL": "ERROR"}
+    # OMP_NUM_THREADS is left to torchrun on purpose: the notebook shows that it sets it
+    return {"TMPDIR": tmp, "GLOO_SOCKET_IFNAME": "lo", "LOGLEVEL": "ERROR", "OMP_NUM_THREADS": None}
 
 
 def torchrun_standalone(nproc: int = 2, steps: int = 3, timeout: float = 60.0) -> list[dict[str, Any]]:
@@ -861,11 +870,14 @@ def _uneven_rank(rank: int, world_size: int, ending: str = "join") -> dict[str, 
 DEMOS["uneven"] = _uneven_rank
 
 
-def uneven(ending: str, world_size: int = 2, timeout: float = 30.0) -> dict[int, dict[str, Any]]:
-    """Run the uneven-inputs job; returns each rank's batch count and outcome. See `_uneven_rank`."""
+def uneven(
+    ending: str, world_size: int = 2, timeout: float = 30.0, tmpdir: str | None = None
+) -> dict[int, dict[str, Any]]:
+    """Run the uneven-inputs job; returns each rank's batch count and outcome. See `_uneven_rank`.
+    `tmpdir`: see `launch` (the "barrier" ending hangs, so it runs under the watchdog, which kills it)."""
     if ending not in ("barrier", "return", "join"):
         raise ValueError(f"ending must be 'barrier', 'return' or 'join', got {ending!r}")
-    results = launch(["uneven"], world_size, timeout=timeout, kwargs={"uneven": {"ending": ending}})
+    results = launch(["uneven"], world_size, timeout=timeout, kwargs={"uneven": {"ending": ending}}, tmpdir=tmpdir)
     return {r: results[r]["uneven"] for r in sorted(results)}
 
 

@@ -198,8 +198,9 @@ def test_uneven_join_and_return():
         dd.uneven("crash")
 
 
-def test_uneven_barrier_hangs():
-    assert watchdog.run(dd.uneven, "barrier", timeout=4).status == "hung"
+def test_uneven_barrier_hangs_and_leaves_its_files_where_told(tmp_path):
+    assert watchdog.run(dd.uneven, "barrier", tmpdir=str(tmp_path), timeout=4).status == "hung"
+    assert [p.name[:4] for p in tmp_path.iterdir()] == ["ddp-"]  # the killed launcher's folder, not in /tmp
 
 
 def test_mismatch_detail_reports_on_every_rank():
