@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from helpers.errors import clean, error_line, short_error
+from helpers.processes import join_spawned
 from helpers.validate import positive_int
 
 __all__ = [
@@ -245,16 +246,7 @@ def launch(
             context = tmp.start_processes(_rank_main, args=args, nprocs=world_size, join=False, start_method=method)
         finally:
             tempfile.tempdir = saved
-        deadline = time.monotonic() + timeout
-        try:
-            while not context.join(timeout=0.05):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the ranks did not finish within {timeout:g} s")
-        finally:
-            for proc in context.processes:
-                if proc.is_alive():
-                    proc.kill()
-                proc.join(5)
+        join_spawned(context, timeout)
         results = {}
         for rank in range(world_size):
             with open(os.path.join(outdir, f"rank{rank}.pickle"), "rb") as f:
