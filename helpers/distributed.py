@@ -63,6 +63,7 @@ __all__ = [
     "torchrun_standalone",
     "torchrun_two_nodes",
     "torchrun_all",
+    "kill_tree",
     "two_node_commands",
     "TrainRun",
     "ddp_throughput",
@@ -634,8 +635,7 @@ def isolated(command: Sequence[str], timeout: float = 60.0, env: dict[str, str |
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
+        kill_tree(proc.pid)
         proc.communicate()
         raise TimeoutError(f"{Path(command[0]).name} did not finish within {timeout:g} s") from None
     if proc.returncode != 0:
@@ -643,6 +643,23 @@ def isolated(command: Sequence[str], timeout: float = 60.0, env: dict[str, str |
         error.output = clean(err)  # type: ignore[attr-defined] - the whole story, for debugging
         raise error
     return out
+
+
+def kill_tree(pid: int) -> None:
+    """Kill a process and all its descendants, found before any is killed. torchrun starts its workers
+    in sessions of their own, so a process-group kill misses them, and killing the agent first would
+    leave them orphaned."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=5)
 
 
 # ------------------------------------------------------------------------------------------ torchrun
@@ -703,13 +720,14 @@ def two_node_commands(kind: str, host: str = "10.0.0.1", port: int = 29400, scri
 
 _TWO_NODES = """
 import json, os, subprocess, sys
+from helpers.distributed import kill_tree
 commands = json.loads(sys.argv[1])
 procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for c in commands]
 try:
     errors = [p.communicate(timeout=float(sys.argv[2]))[1] for p in procs]
 finally:
     for p in procs:
-        p.kill()
+        kill_tree(p.pid)  # the agent and its workers: killing the agent alone would orphan them
         p.wait()
 codes = [p.returncode for p in procs]
 if any(codes):
@@ -718,7 +736,7 @@ if any(codes):
 """
 
 
-def torchrun_two_nodes(kind: str, steps: int = 3, timeout: float = 60.0) -> list[dict[str, Any]]:
+def torchrun_two_nodes(kind: str, steps: int = 3, timeout: float = 40.0) -> list[dict[str, Any]]:
     """Two torchrun "nodes" on this machine, one process each: `kind="c10d"` (dynamic rendezvous on
     127.0.0.1; ranks go by arrival and `--node-rank` is ignored) or `"static"` (`--node-rank`,
     `--master-addr`, `--master-port`). Both run in one namespace so they can meet. Results by rank."""
@@ -742,7 +760,7 @@ def torchrun_two_nodes(kind: str, steps: int = 3, timeout: float = 60.0) -> list
         return _read_results(out)
 
 
-def torchrun_all(steps: int = 3, timeout: float = 90.0) -> dict[str, list[dict[str, Any]]]:
+def torchrun_all(steps: int = 3, timeout: float = 40.0) -> dict[str, list[dict[str, Any]]]:
     """The three torchrun jobs of the notebook at once ("standalone", "c10d", "static"): each takes a few
     seconds of mostly waiting (imports, rendezvous, shutdown), so running them side by side saves time."""
     from concurrent.futures import ThreadPoolExecutor

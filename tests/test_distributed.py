@@ -250,3 +250,20 @@ def test_launch_reraises_a_rank_error_and_times_out():
 
 def test_script_is_shipped_in_the_package():
     assert dd.SCRIPT.is_file() and dd.SCRIPT.parent.joinpath("__init__.py").is_file()
+
+
+def test_kill_tree_kills_children_too():
+    import subprocess
+    import time
+
+    import psutil
+
+    proc = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30"])
+    deadline = time.monotonic() + 5
+    while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    dd.kill_tree(proc.pid)
+    proc.wait(5)
+    assert children and not any(child.is_running() and child.status() != "zombie" for child in children)
+    dd.kill_tree(proc.pid)  # already gone: no error
