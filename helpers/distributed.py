@@ -663,9 +663,9 @@ def kill_tree(pid: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------ torchrun
-# A worker of a two-node job on a loaded 2-core machine was seen to die with SIGABRT about once in ten
-# runs; torchrun's own remedy is a restart of the worker group, so every job here allows one.
-_RESTART = ["--max-restarts=1"]
+# No `--max-restarts`: when one node's worker fails at shutdown after the other node has finished,
+# a restart makes its agent wait for a new rendezvous that the finished node never joins (a hang).
+_RESTART: list[str] = []
 
 
 def _with_one_retry(job: Callable[[], Any], outdir: str) -> None:
