@@ -16,13 +16,15 @@ __all__ = ["speedup_bars", "bars", "scaling", "timelines", "curves"]
 _OK, _BAD, _NEUTRAL = "#4c72b0", "#c44e52", "#8c8c8c"
 
 
-def _check(labels: Sequence[str], values: Sequence[float], name: str) -> None:
+def _check(labels: Sequence[str], values: Sequence[float], name: str, allow_negative: bool = False) -> None:
     if isinstance(labels, str) or len(labels) != len(values):
         raise ValueError(f"labels and {name} must be sequences of the same length")
     if not labels:
         raise ValueError(f"labels and {name} must not be empty")
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be numbers, got {value!r}")
+        if value < 0 and not allow_negative:
             raise ValueError(f"{name} must be numbers >= 0, got {value!r}")
 
 
@@ -54,8 +56,9 @@ def bars(
     log: bool = False,
 ) -> Figure:
     """One value per variant as bars (seconds by default); `highlight` colours the bars that break a
-    rule (e.g. oversubscribed)."""
-    _check(labels, values, "values")
+    rule (e.g. oversubscribed). Values may be negative on a linear scale: a measured change, such as the
+    memory a worker gained, can come out slightly below zero."""
+    _check(labels, values, "values", allow_negative=not log)
     if highlight is not None and len(highlight) != len(values):
         raise ValueError("highlight must have one entry per bar")
     colours = [_BAD if flag else _OK for flag in highlight] if highlight is not None else [_OK] * len(values)
@@ -66,7 +69,8 @@ def bars(
     if log:
         ax.set_yscale("log")
     else:
-        ax.set_ylim(0, max(values) * 1.25)
+        top = max(values) * 1.25 if max(values) > 0 else 1.0
+        ax.set_ylim(min(0.0, min(values) * 1.25), top)
     if highlight is not None and any(highlight) and highlight_label:
         ax.bar(0, 0, color=_BAD, label=highlight_label)
         ax.legend(loc="upper left")

@@ -30,7 +30,15 @@ def test_bad_inputs(labels, values):
     with pytest.raises(ValueError):
         plots.speedup_bars(labels, values, limit=1, title="t")
     with pytest.raises(ValueError):
-        plots.bars(labels, values, "t")
+        plots.bars(labels, values, "t", log=True)
+
+
+def test_bars_accept_a_slightly_negative_change_on_a_linear_scale():
+    fig = plots.bars(["grew", "shrank"], [12.5, -0.02], "t", unit="MB")
+    assert fig.axes[0].get_ylim()[0] < 0
+    plt.close(fig)
+    with pytest.raises(ValueError, match="numbers"):
+        plots.bars(["a"], ["1"], "t")
 
 
 def test_highlight_length_must_match():
