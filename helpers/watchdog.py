@@ -194,6 +194,51 @@ def _release_resources(workdir: Path, shared_tracker: bool) -> None:
             resource_tracker.unregister(name, rtype)
 
 
+_SHM = Path("/dev/shm")
+_MP_NAMES = ("sem.mp-*", "psm_*")  # multiprocessing's named semaphores and SharedMemory blocks
+
+
+def _mp_names() -> set[str]:
+    if not _SHM.is_dir():
+        return set()
+    return {path.name for pattern in _MP_NAMES for path in _SHM.glob(pattern)}
+
+
+def _mapped_inodes() -> set[int]:
+    """Inodes of every /dev/shm file some process still maps (a live semaphore or block is mapped)."""
+    inodes = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/dev/shm/"):
+                inodes.add(int(fields[4]))
+    return inodes
+
+
+def _remove_orphans(before: set[str]) -> None:
+    """Unlink multiprocessing names that appeared during the run and that no process maps any more.
+
+    The log of `_record_resources` misses names that a spawn grandchild created while it was being
+    killed (it has a fresh interpreter, without our hook), and a tracker shared with the kernel only
+    cleans up when the kernel exits. A name no process maps can never be used again: every live
+    semaphore or shared block is mapped by the process holding its object (glibc maps a semaphore
+    before it gives it its name), so this cannot remove another program's live object.
+    """
+    new = _mp_names() - before
+    if not new:
+        return
+    mapped = _mapped_inodes()
+    for name in new:
+        path = _SHM / name
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino not in mapped:
+                path.unlink()
+
+
 def _child_main(workdir: str, payload: Any, pickled: bool, timeout: float) -> None:
     _prepare_child(workdir)
     faulthandler.dump_traceback_later(timeout + _SELF_DESTRUCT, exit=True, file=sys.stderr)
@@ -241,9 +286,13 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 
 # Daemons that remove their clients' shared memory once the clients are gone; killing them first
-# would leave torch_* files in /dev/shm.
-# Linux cuts process names to 15 characters: "torch_shm_manag".
-_CLEANERS = ("torch_shm_manag",)
+# would leave files in /dev/shm: torch_shm_manager (torch_* files; Linux cuts process names to 15
+# characters) and multiprocessing's resource tracker (sem.mp-* and psm_* names; its process is a plain
+# python, known by its command line). The tracker unlinks whatever its clients registered and never
+# released once the last client is gone, including names a spawn grandchild registered while it was
+# being killed, which no log of ours can see.
+_CLEANER_NAMES = ("torch_shm_manag",)
+_CLEANER_COMMANDS = ("multiprocessing.resource_tracker",)
 _GROUP_GRACE = 2.0  # seconds the rest of a finished child's process group gets to end by itself
 
 
@@ -254,13 +303,13 @@ def _kill_tree(pid: int) -> int:
     would leave that owner believing it still runs.
     """
     below = [p for p in _descendants(pid) if _is_alive(p)]
-    for proc in below:
+    workers = [p for p in below if not _is_cleaner(p)]
+    for proc in workers:
         with contextlib.suppress(psutil.Error):
-            if not _name(proc).startswith(_CLEANERS):
-                proc.kill()
+            proc.kill()
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    _wait_gone([p for p in below if not _name(p).startswith(_CLEANERS)], timeout=3.0)
+    _wait_gone(workers, timeout=3.0)
     _end_group(pid, {pid, *(p.pid for p in below)})
     return len(below) + 1
 
@@ -270,6 +319,16 @@ def _name(proc: psutil.Process) -> str:
         return proc.name()
     except psutil.Error:
         return ""
+
+
+def _is_cleaner(proc: psutil.Process) -> bool:
+    if _name(proc).startswith(_CLEANER_NAMES):
+        return True
+    try:
+        command = " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+    return any(marker in command for marker in _CLEANER_COMMANDS)
 
 
 def _group_members(pgid: int) -> list[psutil.Process]:
@@ -284,26 +343,43 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 
 
 def _end_group(pgid: int, pids: set[int]) -> None:
-    """After the child has ended: give the rest of its process group a moment to end by itself (so
-    torch_shm_manager can remove its clients' /dev/shm files), kill what is left, and remove shared
-    memory files named after processes of the tree (torch_<pid>_...)."""
+    """After the child has ended: give the rest of its process group a moment to end by itself, kill
+    the workers still left, give the cleaners (see `_CLEANER_NAMES`) a moment to see their last client
+    go and remove its files, kill what is left, and remove shared memory files named after processes
+    of the tree (torch_<pid>_...)."""
     if pgid == os.getpgid(0):
         return
-    deadline = time.monotonic() + _GROUP_GRACE
-    members = _group_members(pgid)
-    while members and time.monotonic() < deadline:
-        time.sleep(0.05)
+    members = _await_group(pgid, _GROUP_GRACE)
+    for _ in range(3):  # a worker may start another between the listing and the kill
+        pids |= {m.pid for m in members}
+        workers = [m for m in members if not _is_cleaner(m)]
+        if not workers:
+            break
+        for proc in workers:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        _wait_gone(workers, timeout=3.0)
         members = _group_members(pgid)
+    members = _await_group(pgid, _GROUP_GRACE)
     pids |= {m.pid for m in members}
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
     _wait_gone(members, timeout=3.0)
-    shm = Path("/dev/shm")
-    if shm.is_dir():
+    if _SHM.is_dir():
         for pid in pids:
-            for leftover in shm.glob(f"torch_{pid}_*"):
+            for leftover in _SHM.glob(f"torch_{pid}_*"):
                 with contextlib.suppress(OSError):
                     leftover.unlink()
+
+
+def _await_group(pgid: int, timeout: float) -> list[psutil.Process]:
+    """Wait up to `timeout` seconds for the group to empty; return the members still alive."""
+    deadline = time.monotonic() + timeout
+    members = _group_members(pgid)
+    while members and time.monotonic() < deadline:
+        time.sleep(0.05)
+        members = _group_members(pgid)
+    return members
 
 
 def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
@@ -496,12 +572,14 @@ def run(
     # Start this process's resource tracker now, so the child shares it instead of starting its own
     # inside the process group that a time-out kills.
     resource_tracker.ensure_running()
+    before = _mp_names()
     with tempfile.TemporaryDirectory(prefix="watchdog-") as tmp:
         workdir = Path(tmp)
         try:
             return _run_child(ctx, forked, target, payload, timeout, expect, workdir)
         finally:
             _release_resources(workdir, shared_tracker=True)
+            _remove_orphans(before)
 
 
 def _run_child(
@@ -578,11 +656,13 @@ def run_script(
             "sys.path[0] = __import__('os').path.dirname(sys.argv[0]); "
             "runpy.run_path(sys.argv[0], run_name='__main__')"
         )
+        before = _mp_names()
         started = time.monotonic()
         try:
             return _run_script_child(boot, path, args, timeout, expect, cwd, env, workdir, started)
         finally:
             _release_resources(workdir, shared_tracker=False)
+            _remove_orphans(before)
 
 
 def _run_script_child(

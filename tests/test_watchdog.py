@@ -223,3 +223,28 @@ def test_main_module_function_fails_in_a_spawn_child_with_the_real_error(monkeyp
     # The child's __main__ is the kernel's (`'__main__' (built-in)`) under `python -m pytest`, but the
     # re-imported launcher script (`'__mp_main__' from .../pytest`) when pytest runs as a script.
     assert outcome.error.startswith("AttributeError: Can't get attribute 'ghost_in_main' on <module '__m")
+
+
+ORPHAN_MAKER = """
+import _multiprocessing, os, signal, sys
+# A named semaphore nobody registered (as when a process is killed between creating and registering it).
+_multiprocessing.SemLock(1, 1, 1, sys.argv[1], False)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
+def test_orphaned_semaphores_are_removed_but_live_ones_stay():
+    import subprocess
+    import sys
+
+    before = watchdog._mp_names()
+    orphan = f"/mp-orphan{os.getpid()}"
+    subprocess.run([sys.executable, "-c", ORPHAN_MAKER, orphan], timeout=30, check=False)
+    assert os.path.exists(f"/dev/shm/sem{orphan.replace('/', '.')}")
+    live = mp.get_context("spawn").Lock()  # created during the "run" too, but still in use here
+    live_file = f"/dev/shm/sem{live._semlock.name.replace('/', '.')}"
+    watchdog._remove_orphans(before)
+    assert not os.path.exists(f"/dev/shm/sem{orphan.replace('/', '.')}")
+    assert os.path.exists(live_file)
+    del live
