@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -172,15 +172,12 @@ class Run:
     accuracy: float  # test accuracy of the shared model, evaluated in the parent after the join
     model: nn.Module
     stopped_early: bool
-    details: dict[str, Any] = field(default_factory=dict)
+    batch_size: int
+    start_method: str
 
     @property
     def samples_per_s(self) -> float:
         return self.batch_size * sum(self.steps) / self.seconds
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.details["batch_size"])
 
     def curve(self) -> torch.Tensor:
         """The loss of all processes in the order the steps were taken (by end time), for plotting."""
@@ -332,7 +329,8 @@ def hogwild(
             accuracy=accuracy(model, task),
             model=model,
             stopped_early=stopped_early,
-            details={"batch_size": config.batch_size, "start_method": ctx.get_start_method()},
+            batch_size=config.batch_size,
+            start_method=ctx.get_start_method(),
         )
     finally:
         del counter, stop, barrier, procs
