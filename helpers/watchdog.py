@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import faulthandler
+import functools
 import linecache
 import multiprocessing as mp
 import os
@@ -529,6 +530,13 @@ def _finish(
 _TB_FRAME = re.compile(r'^\s+File "(.+)", line (\d+), in (.+)$')
 
 
+def _output_error(workdir: Path, fallback: str) -> str:
+    """What the child wrote, if it holds an error line; else `fallback` (it died without saying why)."""
+    path = workdir / "output.txt"
+    output = path.read_text(errors="replace") if path.exists() else ""
+    return output if error_line(output) else fallback
+
+
 def _parse_traceback(text: str) -> list[tuple[str, int, str]]:
     frames = []
     for line in text.splitlines():
@@ -593,35 +601,33 @@ def _run_child(
     proc.join(timeout)
     name = getattr(target, "__name__", None)
     code = getattr(target, "__code__", None)
-    start_file = code.co_filename if code is not None else None
+    finish = functools.partial(
+        _finish,
+        timeout=timeout,
+        started=started,
+        workdir=workdir,
+        start_name=name,
+        start_file=code.co_filename if code is not None else None,
+        expect=expect,
+    )
     if proc.is_alive():
         _dump_stack(proc.pid, workdir / "trace.txt")
         killed = _kill_tree(proc.pid)
         proc.join(3)
         proc.close()
-        return _finish("hung", timeout, started, workdir, name, start_file, expect, killed=killed)
+        return finish("hung", killed=killed)
     exitcode, pid = proc.exitcode, proc.pid
     proc.close()
     _end_group(pid, {pid})  # anything the target left running in its group
     result_path = workdir / "result.pickle"
     if exitcode is not None and exitcode < 0:
-        return _finish(
-            "died",
-            timeout,
-            started,
-            workdir,
-            name,
-            start_file,
-            expect,
-            signal_name=signal.Signals(-exitcode).name,
-        )
+        return finish("died", signal_name=signal.Signals(-exitcode).name)
     if not result_path.exists():
-        output_path = workdir / "output.txt"
-        output = output_path.read_text(errors="replace") if output_path.exists() else ""
-        text = output if error_line(output) else f"ChildProcessError: child exited with code {exitcode}"
-        return _finish("raised", timeout, started, workdir, name, start_file, expect, error_text=text)
+        return finish(
+            "raised", error_text=_output_error(workdir, f"ChildProcessError: child exited with code {exitcode}")
+        )
     status, value, tb = pickle.loads(result_path.read_bytes())
-    return _finish(status, timeout, started, workdir, name, start_file, expect, value=value, error_text=tb)
+    return finish(status, value=value, error_text=tb)
 
 
 def run_script(
@@ -682,22 +688,27 @@ def _run_script_child(
         env=env,
         stdin=subprocess.DEVNULL,
     )
+    finish = functools.partial(
+        _finish,
+        timeout=timeout,
+        started=started,
+        workdir=workdir,
+        start_name="<module>",
+        start_file=str(path),
+        expect=expect,
+    )
     try:
         exitcode = proc.wait(timeout)
     except subprocess.TimeoutExpired:
         _dump_stack(proc.pid, workdir / "trace.txt")
         killed = _kill_tree(proc.pid)
         proc.wait(3)
-        return _finish("hung", timeout, started, workdir, "<module>", str(path), expect, killed=killed)
+        return finish("hung", killed=killed)
     _end_group(proc.pid, {proc.pid})  # anything the script left running
     if exitcode < 0:
-        return _finish(
-            "died", timeout, started, workdir, "<module>", str(path), expect, signal_name=signal.Signals(-exitcode).name
-        )
+        return finish("died", signal_name=signal.Signals(-exitcode).name)
     if exitcode != 0:
-        output = (workdir / "output.txt").read_text(errors="replace")
-        text = output if error_line(output) else f"SystemExit: {exitcode}"
-        outcome = _finish("raised", timeout, started, workdir, "<module>", str(path), expect, error_text=text)
+        outcome = finish("raised", error_text=_output_error(workdir, f"SystemExit: {exitcode}"))
         outcome.value = exitcode
         return outcome
-    return _finish("returned", timeout, started, workdir, "<module>", str(path), expect, value=0)
+    return finish("returned", value=0)
