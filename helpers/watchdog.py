@@ -196,7 +196,11 @@ def _release_resources(workdir: Path, shared_tracker: bool) -> None:
 
 
 _SHM = Path("/dev/shm")
-_MP_NAMES = ("sem.mp-*", "psm_*")  # multiprocessing's named semaphores and SharedMemory blocks
+# multiprocessing's named semaphores and SharedMemory blocks, and glibc's temporary sem.XXXXXX, which
+# sem_open writes and maps before it links the semaphore to its name and unlinks the temporary one.
+_MP_NAMES = ("sem.mp-*", "psm_*", "sem.??????")
+_GLIBC_TEMP = re.compile(r"sem\.[A-Za-z0-9]{6}")
+_TEMP_AGE = 0.2  # seconds: a live sem_open holds its temporary name for microseconds
 
 
 def _mp_names() -> set[str]:
@@ -221,23 +225,35 @@ def _mapped_inodes() -> set[int]:
 
 
 def _remove_orphans(before: set[str]) -> None:
-    """Unlink multiprocessing names that appeared during the run and that no process maps any more.
+    """Unlink multiprocessing names that appeared during the run and that nothing can use any more.
 
     The log of `_record_resources` misses names that a spawn grandchild created while it was being
     killed (it has a fresh interpreter, without our hook), and a tracker shared with the kernel only
     cleans up when the kernel exits. A name no process maps can never be used again: every live
-    semaphore or shared block is mapped by the process holding its object (glibc maps a semaphore
-    before it gives it its name), so this cannot remove another program's live object.
+    semaphore or shared block is mapped by the process holding its object, so this cannot remove
+    another program's live object. A glibc temporary name still there after `_TEMP_AGE` seconds belongs
+    to a sem_open that was killed halfway.
     """
     new = _mp_names() - before
     if not new:
         return
+    temps = {name for name in new if _GLIBC_TEMP.fullmatch(name)}
+    if temps:
+        youngest = max((_age(_SHM / name) for name in temps), default=_TEMP_AGE)
+        time.sleep(max(0.0, _TEMP_AGE - youngest))
     mapped = _mapped_inodes()
     for name in new:
         path = _SHM / name
         with contextlib.suppress(OSError):
-            if path.stat().st_ino not in mapped:
+            if name in temps or path.stat().st_ino not in mapped:
                 path.unlink()
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return _TEMP_AGE
 
 
 def _child_main(workdir: str, payload: Any, pickled: bool, timeout: float) -> None:

@@ -244,7 +244,11 @@ def test_orphaned_semaphores_are_removed_but_live_ones_stay():
     assert os.path.exists(f"/dev/shm/sem{orphan.replace('/', '.')}")
     live = mp.get_context("spawn").Lock()  # created during the "run" too, but still in use here
     live_file = f"/dev/shm/sem{live._semlock.name.replace('/', '.')}"
+    glibc_temp = "/dev/shm/sem.Zq3x9K"  # what a sem_open killed before it linked the name leaves
+    with open(glibc_temp, "wb") as f:
+        f.write(b"\0" * 32)
     watchdog._remove_orphans(before)
     assert not os.path.exists(f"/dev/shm/sem{orphan.replace('/', '.')}")
+    assert not os.path.exists(glibc_temp)
     assert os.path.exists(live_file)
     del live
