@@ -483,7 +483,9 @@ def py_spy_dump(folder: str | os.PathLike[str], wait: float = 1.0) -> str:
     try:
         time.sleep(wait)
         done = subprocess.run([spy, "dump", "--pid", str(proc.pid)], capture_output=True, text=True, timeout=20)
-        return done.stdout if done.returncode == 0 else f"py-spy could not attach: {done.stderr.strip()}"
+        ansi = re.compile(r"\x1b\[[0-9;]*m")  # py-spy colours its report even into a pipe
+        text = ansi.sub("", done.stdout if done.returncode == 0 else done.stderr).strip()
+        return text if done.returncode == 0 else f"py-spy could not attach: {text}"
     finally:
         proc.kill()
         proc.wait(5)
@@ -504,7 +506,7 @@ class _Slow:
         return i
 
 
-def dataloader_timeout(timeout: float, delay: float = 2.0) -> str:
+def dataloader_timeout(timeout: float, delay: float = 1.5) -> str:
     """Iterate a DataLoader with one worker whose third item stalls for `delay` s; `timeout` > 0 turns
     the stall into an error. Returns the items or the error line. The iterator is deleted inside, so its
     worker ends here (a kept exception would keep it alive). Pinned to fork: a spawn worker's start-up
