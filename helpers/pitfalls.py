@@ -63,6 +63,7 @@ __all__ = [
     "epoch_draws",
     "SCRIPTS",
     "write_script",
+    "run_restarting_script",
     "safe_get_trial",
 ]
 
@@ -818,6 +819,36 @@ def write_script(name: str, folder: str | os.PathLike[str]) -> Path:
     path = Path(folder, f"{name}.py")
     path.write_text(SCRIPTS[name].lstrip())
     return path
+
+
+# glibc's sem_open writes a new semaphore to a temporary /dev/shm/sem.XXXXXX and then links it to its
+# name; a process killed between the two leaves the temporary file behind for good.
+_GLIBC_TEMP = re.compile(r"^sem\.[A-Za-z0-9]{6}$")
+
+
+def _glibc_temps() -> set[str]:
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.iterdir() if _GLIBC_TEMP.match(p.name)} if shm.is_dir() else set()
+
+
+def run_restarting_script(path: str | os.PathLike[str], timeout: float = 3.0) -> Any:
+    """`watchdog.run_script` for a script whose pool restarts dying workers without end (no main guard).
+
+    Each replacement worker creates semaphores as it starts, so the kill at the time-out can land inside
+    glibc's `sem_open` and leave its temporary file in /dev/shm. Such files that appeared during the run
+    are removed afterwards (a live `sem_open` keeps its temporary file for microseconds, not for 0.2 s).
+    """
+    from helpers import watchdog
+
+    before = _glibc_temps()
+    outcome = watchdog.run_script(path, timeout=timeout)
+    time.sleep(0.2)
+    for name in _glibc_temps() - before:
+        leftover = Path("/dev/shm", name)
+        with contextlib.suppress(OSError):
+            if time.time() - leftover.stat().st_mtime > 0.15:
+                leftover.unlink()
+    return outcome
 
 
 def _send_later(queue: Any, fail: bool) -> None:

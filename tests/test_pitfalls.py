@@ -161,3 +161,10 @@ def test_safe_get_checker_fails_wrong_answers():
     assert checks.safe_get(_asks_the_producer)
     with pytest.raises(TypeError):
         checks.safe_get(42)
+
+
+def test_run_restarting_script_hangs_and_leaves_no_semaphore_files(tmp_path):
+    before = pitfalls._glibc_temps()
+    outcome = pitfalls.run_restarting_script(pitfalls.write_script("pool_no_guard", tmp_path), timeout=2)
+    assert outcome.status == "hung" and "bootstrapping phase" in outcome.stderr_error
+    assert pitfalls._glibc_temps() <= before
