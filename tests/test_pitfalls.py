@@ -164,7 +164,7 @@ def test_safe_get_checker_fails_wrong_answers():
 
 
 def test_run_restarting_script_hangs_and_leaves_no_semaphore_files(tmp_path):
-    before = pitfalls._glibc_temps()
+    before = pitfalls._sem_files()
     outcome = pitfalls.run_restarting_script(pitfalls.write_script("pool_no_guard", tmp_path), timeout=2)
     assert outcome.status == "hung" and "bootstrapping phase" in outcome.stderr_error
-    assert pitfalls._glibc_temps() <= before
+    assert pitfalls._sem_files() <= before
