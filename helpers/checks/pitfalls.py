@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import inspect
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from helpers.checks.core import Verdict, not_ready, verdict
+from helpers.checks.core import Verdict, not_ready, run_source, verdict
 
 __all__ = ["fixed_mystery", "safe_get"]
 
@@ -15,14 +12,9 @@ __all__ = ["fixed_mystery", "safe_get"]
 def fixed_mystery(source: Any, timeout: float = 5.0) -> Verdict:
     """Exercise: the learner's fixed version of `pitfalls.SCRIPTS["mystery"]` must finish, print the
     number of features, and still join its worker."""
-    from helpers import watchdog
-
-    if not isinstance(source, str) or not source.strip():
+    outcome = run_source(source, timeout)
+    if outcome is None:
         return verdict(False, "", "my_fixed_script must be the text of a Python script.")
-    with tempfile.TemporaryDirectory(prefix="exercise-") as tmp:
-        path = Path(tmp, "mystery_fixed.py")
-        path.write_text(inspect.cleandoc(source) + "\n")
-        outcome = watchdog.run_script(path, timeout=timeout)
     if outcome.status == "hung":
         return verdict(
             False,
