@@ -15,6 +15,7 @@ from helpers.checks.core import Verdict, verdict
 from helpers.checks.hogwild import shared_model, shared_momentum
 from helpers.checks.loading import io_workers, shard_bounds, worker_init_fn
 from helpers.checks.orientation import fork_safe_settings, main_guard_script, threads_per_process
+from helpers.checks.pitfalls import fixed_mystery, safe_get
 from helpers.checks.pool import chunksize_choice, imap_pipeline
 from helpers.checks.sharing import collect, exact_counter, keep_received
 
@@ -34,4 +35,6 @@ __all__ = [
     "shared_momentum",
     "imap_pipeline",
     "chunksize_choice",
+    "fixed_mystery",
+    "safe_get",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Verdict", "verdict", "fork_or_none", "not_ready"]
+__all__ = ["Verdict", "verdict", "fork_or_none", "not_ready", "run_source"]
 
 
 class Verdict:
@@ -44,3 +44,20 @@ def not_ready(fn: Any, variable: str, signature: str, needs_fork: bool = True) -
     if needs_fork and fork_or_none() is None:
         return verdict(False, "", "this checker needs the fork start method (Linux or macOS).")
     return None
+
+
+def run_source(source: Any, timeout: float) -> Any:
+    """Run the text of a learner's script as a file under the watchdog; its Outcome, or None when
+    `source` is not the text of a script (the checker then asks for one)."""
+    import inspect
+    import tempfile
+    from pathlib import Path
+
+    from helpers import watchdog
+
+    if not isinstance(source, str) or not source.strip():
+        return None
+    with tempfile.TemporaryDirectory(prefix="exercise-") as tmp:
+        path = Path(tmp, "exercise.py")
+        path.write_text(inspect.cleandoc(source) + "\n")
+        return watchdog.run_script(path, timeout=timeout)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from helpers.checks.core import Verdict, verdict
+from helpers.checks.core import Verdict, run_source, verdict
 
 __all__ = ["threads_per_process", "fork_safe_settings", "main_guard_script"]
 
@@ -58,14 +55,9 @@ def fork_safe_settings(start_method: Any, threads: Any, timeout: float = 3.0) ->
 
 def main_guard_script(source: Any, timeout: float = 5.0) -> Verdict:
     """Exercise: a script with a spawn Pool must finish and print its results when run as a file."""
-    from helpers import watchdog
-
-    if not isinstance(source, str) or not source.strip():
+    outcome = run_source(source, timeout)
+    if outcome is None:
         return verdict(False, "", "my_script must be the text of a Python script.")
-    with tempfile.TemporaryDirectory(prefix="exercise-") as tmp:
-        path = Path(tmp, "exercise.py")
-        path.write_text(inspect.cleandoc(source) + "\n")
-        outcome = watchdog.run_script(path, timeout=timeout)
     if outcome.status == "hung":
         hint = "What does a spawn child run again when it imports the script?"
         # Not the stack: where the parent is when killed (still starting workers or already in map) is a race.

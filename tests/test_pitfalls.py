@@ -1,0 +1,170 @@
+"""helpers.pitfalls and its checkers: each wrong/right pair behaves as notebook 06 says, the checkers fail
+wrong answers, and bad arguments are refused with a clear error. The slow hang demos run once each, with
+short watchdog limits."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue as queue_module
+
+import pytest
+
+from helpers import checks, pitfalls, watchdog
+
+HAS_FORK = "fork" in mp.get_all_start_methods()
+needs_fork = pytest.mark.skipif(not HAS_FORK, reason="needs the fork start method")
+
+
+@needs_fork
+def test_fork_after_lock_hangs_only_when_held():
+    assert pitfalls.fork_after_lock(False).status == "returned"
+    hung = pitfalls.fork_after_lock(True, timeout=1.0)
+    assert hung.status == "hung" and hung.stuck_in[-1] == "_acquire"
+
+
+@needs_fork
+def test_join_before_get_hangs_and_get_first_returns():
+    assert watchdog.run(pitfalls.join_then_get, True, start_method="fork", timeout=20).value == 8_000_000
+    hung = watchdog.run(pitfalls.join_then_get, False, start_method="fork", timeout=1.5)
+    assert hung.status == "hung" and hung.stuck_in == ["BaseProcess.join", "join_then_get"]
+
+
+def test_consume_reports_a_dead_producer_and_reads_a_live_one():
+    assert pitfalls.consume(fail=True, safe=True, timeout=0.2) == [0, "producer failed: ValueError: bad record 1"]
+    assert pitfalls.consume(fail=False, safe=True, timeout=0.2) == [0, 1, 2]
+    assert pitfalls.consume(fail=False, safe=False) == [0, 1, 2]
+
+
+def test_run_python_returns_cleaned_lines():
+    assert pitfalls.run_python(pitfalls.START_METHOD_TWICE) == ["RuntimeError: context has already been set"]
+    assert pitfalls.run_python("print('/some/where/deep/file.py')") == ["…/file.py"]
+
+
+@needs_fork
+def test_process_group_pitfalls():
+    taken = watchdog.run(pitfalls.port_taken, timeout=30, start_method="fork").value
+    assert taken.startswith("DistNetworkError") and "EADDRINUSE" in taken and "port: N" in taken
+    assert watchdog.run(pitfalls.port_from_os, timeout=30, start_method="fork").value.endswith("1.0")
+    left = watchdog.run(pitfalls.interrupted_cell, False, timeout=30, start_method="fork").value
+    assert "initialize the default process group twice" in left[1]
+    fixed = watchdog.run(pitfalls.interrupted_cell, True, timeout=30, start_method="fork").value
+    assert all(line.endswith("a group is left: False") for line in fixed)
+
+
+def test_recorded_shm_line_has_the_shape_the_notebook_prints():
+    result = pitfalls.RECORDED_SHM["batch 20 (80 MB), file_descriptor"]["result"]
+    assert "No space left on device (28)" in result and pitfalls.RECORDED_SHM["shm_mb"] == 64
+
+
+def test_stack_names_reads_the_main_thread_from_start_inward():
+    trace = (
+        "Thread 0x00007f (most recent call first):\n"
+        '  File "/x/queues.py", line 103 in get\n'
+        '  File "/x/pitfalls.py", line 9 in consume\n'
+        '  File "/x/pitfalls.py", line 3 in stuck\n'
+        '  File "/x/process.py", line 1 in run\n'
+        "\nThread 0x00007e (most recent call first):\n"
+        '  File "/x/threading.py", line 1 in wait\n'
+    )
+    assert pitfalls.stack_names(trace, "stuck") == ["stuck", "consume", "get"]
+    assert pitfalls.stack_names(trace, "absent") == ["run", "stuck", "consume", "get"]
+
+
+def test_dataloader_helpers():
+    assert pitfalls.dataloader_timeout(0, delay=0.1) == "items [0, 1, 2, 3]"
+    assert pitfalls.dataloader_timeout(0.3, delay=1.0).endswith("DataLoader timed out after 0.3 seconds")
+    assert pitfalls.worker_error(0) == {"error": "KeyError: 3", "innermost frame": "__getitem__"}
+    with_workers = pitfalls.worker_error(1)
+    assert with_workers["error"].startswith("KeyError: Caught KeyError in DataLoader worker process 0")
+
+
+def test_tutorial_pairs():
+    result = pitfalls.softmax_into_cross_entropy(steps=100)
+    assert result["logits: loss"] < result["softmax: loss"]
+    assert result["logits: accuracy %"] > result["softmax: accuracy %"] + 5
+    wrong, right = pitfalls.epoch_draws(True), pitfalls.epoch_draws(False)
+    assert wrong[0] == wrong[1] and right[0] != right[1]
+    assert "takes 1 positional argument but 2 were given" in pitfalls.spawn_arguments(pitfalls.takes_only_a)
+    assert pitfalls.spawn_arguments(pitfalls.takes_rank_and_a) == "results by rank: [30, 31]"
+    state = pitfalls.optimizer_in_workers("parent")
+    assert state["shared weights changed"] and not state["parent's optimizer has momentum state"]
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda: pitfalls.fork_after_lock("yes"), TypeError),
+        (lambda: pitfalls.join_then_get(1), TypeError),
+        (lambda: pitfalls.join_then_get(True, nbytes=0), ValueError),
+        (lambda: pitfalls.consume(True, "no"), TypeError),
+        (lambda: pitfalls.consume(True, True, timeout=-1), ValueError),
+        (lambda: pitfalls.run_python(""), TypeError),
+        (lambda: pitfalls.interrupted_cell(1), TypeError),
+        (lambda: pitfalls.shm_exhaustion(timeout=-1), ValueError),
+        (lambda: pitfalls.stack_names(None, "x"), TypeError),
+        (lambda: pitfalls.dataloader_timeout(-1), ValueError),
+        (lambda: pitfalls.worker_error(-1), ValueError),
+        (lambda: pitfalls.optimizer_in_workers("both"), ValueError),
+        (lambda: pitfalls.ddp_on_cpu(0), TypeError),
+        (lambda: pitfalls.softmax_into_cross_entropy(steps=0), ValueError),
+        (lambda: pitfalls.spawn_arguments(pitfalls.takes_rank_and_a, nprocs=0), ValueError),
+        (lambda: pitfalls.workers_by_reflex(ranks=0), ValueError),
+        (lambda: pitfalls.epoch_draws(True, epochs=0), ValueError),
+        (lambda: pitfalls.write_script("nope", "."), ValueError),
+        (lambda: pitfalls.write_script("mystery", "/no/such/folder"), ValueError),
+        (lambda: pitfalls.safe_get_trial(3, True), TypeError),
+        (lambda: pitfalls.py_spy_dump(".", wait=-1), ValueError),
+    ],
+)
+def test_bad_arguments_are_refused(call, error):
+    with pytest.raises(error):
+        call()
+
+
+def test_fixed_mystery_checker_fails_the_original_and_passes_the_fix():
+    assert not checks.fixed_mystery(None)
+    original = pitfalls.SCRIPTS["mystery"]
+    hung = checks.fixed_mystery(original, timeout=2)
+    assert not hung and "BaseProcess.join" in repr(hung)
+    no_join = original.replace("    worker.join()\n", "")
+    assert not checks.fixed_mystery(no_join) and "join the worker" in repr(checks.fixed_mystery(no_join))
+    fixed = original.replace(
+        "    worker.join()\n    features = queue.get()\n", "    features = queue.get(timeout=60)\n    worker.join(60)\n"
+    )
+    assert checks.fixed_mystery(fixed)
+
+
+def _blocking_get(queue, producer, timeout):
+    return queue.get()
+
+
+def _one_timeout(queue, producer, timeout):
+    return queue.get(timeout=timeout)
+
+
+def _asks_the_producer(queue, producer, timeout):
+    while True:
+        try:
+            return queue.get(timeout=timeout)
+        except queue_module.Empty:
+            if not producer.is_alive():
+                raise RuntimeError("producer died") from None
+
+
+@needs_fork
+def test_safe_get_checker_fails_wrong_answers():
+    assert not checks.safe_get(None)
+    gives_up = checks.safe_get(_one_timeout)
+    assert not gives_up and "slower than one timeout" in repr(gives_up)
+    hangs = checks.safe_get(_blocking_get, timeout=3)
+    assert not hangs and "Never get() without a timeout" in repr(hangs)
+    assert checks.safe_get(_asks_the_producer)
+    with pytest.raises(TypeError):
+        checks.safe_get(42)
+
+
+def test_run_restarting_script_hangs_and_leaves_no_semaphore_files(tmp_path):
+    before = pitfalls._sem_files()
+    outcome = pitfalls.run_restarting_script(pitfalls.write_script("pool_no_guard", tmp_path), timeout=2)
+    assert outcome.status == "hung" and "bootstrapping phase" in outcome.stderr_error
+    assert pitfalls._sem_files() <= before
