@@ -63,7 +63,6 @@ __all__ = [
     "epoch_draws",
     "SCRIPTS",
     "write_script",
-    "run_restarting_script",
     "safe_get_trial",
 ]
 
@@ -819,50 +818,6 @@ def write_script(name: str, folder: str | os.PathLike[str]) -> Path:
     path = Path(folder, f"{name}.py")
     path.write_text(SCRIPTS[name].lstrip())
     return path
-
-
-# Semaphore files a killed tree can leave in /dev/shm: multiprocessing's named semaphores (sem.mp-...)
-# created by processes the watchdog cannot see into, and glibc's temporary sem.XXXXXX, written by
-# sem_open before it links the semaphore to its name.
-_SEM_FILE = re.compile(r"^sem\.(mp-[\w-]+|[A-Za-z0-9]{6})$")
-
-
-def _sem_files() -> set[str]:
-    shm = Path("/dev/shm")
-    return {p.name for p in shm.iterdir() if _SEM_FILE.match(p.name)} if shm.is_dir() else set()
-
-
-def _mapped_sem_files() -> set[str]:
-    """Semaphore files some live process has open (sem_open maps the file into the process)."""
-    mapped = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        with contextlib.suppress(OSError):
-            mapped |= set(re.findall(r"/dev/shm/(sem\.\S+)", maps.read_text()))
-    return mapped
-
-
-def run_restarting_script(path: str | os.PathLike[str], timeout: float = 3.0) -> Any:
-    """`watchdog.run_script` for a script whose pool restarts dying workers without end (no main guard).
-
-    Each replacement worker re-runs the script's top level and creates a new Pool's semaphores before it
-    fails, registered with the script's resource tracker, which the time-out kills too; the kill may even
-    land inside glibc's `sem_open`. Semaphore files that appeared during the run and that no live process
-    has open are removed afterwards (Linux; elsewhere this is plain `run_script`).
-    """
-    from helpers import watchdog
-
-    before = _sem_files()
-    outcome = watchdog.run_script(path, timeout=timeout)
-    if not Path("/proc/self/maps").exists():
-        return outcome
-    time.sleep(0.2)
-    new = _sem_files() - before
-    if new:
-        in_use = _mapped_sem_files()
-        for name in new - in_use:
-            with contextlib.suppress(OSError):
-                Path("/dev/shm", name).unlink()
-    return outcome
 
 
 def _send_later(queue: Any, fail: bool) -> None:

@@ -163,8 +163,10 @@ def test_safe_get_checker_fails_wrong_answers():
         checks.safe_get(42)
 
 
-def test_run_restarting_script_hangs_and_leaves_no_semaphore_files(tmp_path):
-    before = pitfalls._sem_files()
-    outcome = pitfalls.run_restarting_script(pitfalls.write_script("pool_no_guard", tmp_path), timeout=2)
+def test_pool_without_guard_hangs_and_leaves_no_semaphore_files(tmp_path):
+    from helpers import watchdog
+
+    before = watchdog._mp_names()
+    outcome = watchdog.run_script(pitfalls.write_script("pool_no_guard", tmp_path), timeout=2)
     assert outcome.status == "hung" and "bootstrapping phase" in outcome.stderr_error
-    assert pitfalls._sem_files() <= before
+    assert watchdog._mp_names() <= before
