@@ -65,8 +65,10 @@ __all__ = [
     "two_node_commands",
     "TrainRun",
     "ddp_throughput",
+    "ddp_throughputs",
     "ring_vs_allreduce",
     "uneven",
+    "uneven_hang",
     "mismatch",
     "foreign_listener_client",
     "store_host_on_taken_port",
@@ -165,6 +167,20 @@ def init_group(
 
 
 # -------------------------------------------------------------------------------------------- launcher
+def _run_demos(rank: int, world_size: int, demos: Sequence[Any], outdir: str, kwargs: dict[str, Any]) -> None:
+    """Run the demos in this rank (its group already joined), saving the results after each one, so that
+    a rank killed later still reports what it had done."""
+    results: dict[str, Any] = {}
+    for demo in demos:
+        fn = DEMOS[demo] if isinstance(demo, str) else demo
+        name = demo if isinstance(demo, str) else getattr(demo, "__name__", "demo")
+        results[name] = fn(rank, world_size, **kwargs.get(name, {}))
+        path = os.path.join(outdir, f"rank{rank}.pickle")
+        with open(path + ".part", "wb") as f:
+            pickle.dump(results, f)
+        os.replace(path + ".part", path)
+
+
 def _rank_main(
     rank: int,
     world_size: int,
@@ -184,17 +200,45 @@ def _rank_main(
         dist.set_debug_level_from_env()  # read once, at import: a forked child inherits the parent's level
 
     init_group(rank, world_size, port=port, init_file=init_file)
-    results: dict[str, Any] = {}
     try:
-        for demo in demos:
-            fn = DEMOS[demo] if isinstance(demo, str) else demo
-            name = demo if isinstance(demo, str) else getattr(demo, "__name__", "demo")
-            results[name] = fn(rank, world_size, **kwargs.get(name, {}))
-        with open(os.path.join(outdir, f"rank{rank}.pickle"), "wb") as f:
-            pickle.dump(results, f)
+        _run_demos(rank, world_size, demos, outdir, kwargs)
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+    # Leave without the interpreter's teardown (spawn children have one; forked ones leave this way
+    # anyway): after a DDP model, gloo's threads outlive destroy_process_group in this torch, and tearing
+    # them down at exit sometimes aborts the process (SIGABRT). The results are written and closed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _exit_text(exitcode: int | None) -> str:
+    """How a rank process ended, in words: 'killed by SIGABRT', 'exit code 1'."""
+    import signal
+
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        return f"killed by {signal.Signals(-exitcode).name}"
+    return f"exit code {exitcode}"
+
+
+def _join_all(context: Any, timeout: float) -> list[int | None]:
+    """Wait for every rank to end on its own (no stopping the others when one fails, unlike
+    `ProcessContext.join`), for `timeout` seconds in all; then kill what is left: `TimeoutError`."""
+    deadline = time.monotonic() + timeout
+    try:
+        for process in context.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        if any(process.is_alive() for process in context.processes):
+            raise TimeoutError(f"spawned processes still running after {timeout:g} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+            process.join(5)
+    return [process.exitcode for process in context.processes]
 
 
 def launch(
@@ -208,6 +252,7 @@ def launch(
     env: dict[str, str] | None = None,
     kwargs: dict[str, dict[str, Any]] | None = None,
     tmpdir: str | None = None,
+    failures: str = "raise",
 ) -> dict[int, dict[str, Any]]:
     """Start `world_size` ranks in one process group, run the `demos` (names in `DEMOS`, or functions
     `fn(rank, world_size, **kw)` when the start method is fork) one after another in every rank, and
@@ -215,10 +260,14 @@ def launch(
 
     One launch runs several demos because each launch costs a process start (1-2.5 s under spawn).
     `init` is "store" (TCPStore on 127.0.0.1, a fresh free port per launch) or "file" (`file://`).
-    A rank that raises stops the others and its error is re-raised here (`ProcessRaisedException`);
-    nothing waits longer than `timeout` seconds (then `TimeoutError`). Every file (results, the
-    rendezvous file, torch's `pytorch-errorfile-*`) goes into one temporary folder, made inside `tmpdir`
-    when given: a caller that may be killed (a hang demo under the watchdog) passes a folder it removes.
+    `failures="raise"`: a rank that raises stops the others and its error is re-raised here
+    (`ProcessRaisedException`). `failures="report"`: every rank runs to its end, and a rank that did not
+    exit cleanly gets the key "exit" ("killed by SIGABRT", "exit code 1") next to the results of the
+    demos it finished; for demos that break the group on purpose, where gloo may abort the process
+    instead of raising. Nothing waits longer than `timeout` seconds (then `TimeoutError`). Every file
+    (results, the rendezvous file, torch's `pytorch-errorfile-*`) goes into one temporary folder, made
+    inside `tmpdir` when given: a caller that may be killed (a hang demo under the watchdog) passes a
+    folder it removes.
     """
     import multiprocessing as mp
 
@@ -228,6 +277,8 @@ def launch(
     threads = positive_int("threads", threads)
     if init not in ("store", "file"):
         raise ValueError(f"init must be 'store' or 'file', got {init!r}")
+    if failures not in ("raise", "report"):
+        raise ValueError(f"failures must be 'raise' or 'report', got {failures!r}")
     if isinstance(demos, str) or not demos:
         raise TypeError("demos must be a non-empty list of demo names or functions")
     for demo in demos:
@@ -245,11 +296,20 @@ def launch(
             context = tmp.start_processes(_rank_main, args=args, nprocs=world_size, join=False, start_method=method)
         finally:
             tempfile.tempdir = saved
-        join_spawned(context, timeout)
+        if failures == "raise":
+            join_spawned(context, timeout)
+            codes = [0] * world_size
+        else:
+            codes = _join_all(context, timeout)
         results = {}
         for rank in range(world_size):
-            with open(os.path.join(outdir, f"rank{rank}.pickle"), "rb") as f:
-                results[rank] = pickle.load(f)
+            path = os.path.join(outdir, f"rank{rank}.pickle")
+            results[rank] = {}
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    results[rank] = pickle.load(f)
+            if codes[rank] != 0:
+                results[rank]["exit"] = _exit_text(codes[rank])
     return results
 
 
@@ -729,6 +789,17 @@ if any(codes):
 """
 
 
+def _node_command(kind: str, node: int, port: int, out: str, steps: int) -> list[str]:
+    """The torchrun command of one of two "nodes" on this machine, meeting at 127.0.0.1:port."""
+    base = [*_torchrun(), "--nnodes=2", "--nproc-per-node=1"]
+    if kind == "c10d":
+        base += ["--rdzv-backend=c10d", f"--rdzv-endpoint={LOOPBACK}:{port}", "--rdzv-id=nb05"]
+        base += [f"--node-rank={node}"]  # ignored by c10d, on purpose: see the results
+    else:
+        base += [f"--node-rank={node}", f"--master-addr={LOOPBACK}", f"--master-port={port}"]
+    return [*base, str(SCRIPT), out, str(steps), f"node{node}"]
+
+
 def torchrun_two_nodes(kind: str, steps: int = 3, timeout: float = 40.0) -> list[dict[str, Any]]:
     """Two torchrun "nodes" on this machine, one process each: `kind="c10d"` (dynamic rendezvous on
     127.0.0.1; ranks go by arrival and `--node-rank` is ignored) or `"static"` (`--node-rank`,
@@ -739,32 +810,20 @@ def torchrun_two_nodes(kind: str, steps: int = 3, timeout: float = 40.0) -> list
     with tempfile.TemporaryDirectory(prefix="torchrun-") as tmp:
         out = os.path.join(tmp, "results")
         os.mkdir(out)
-        commands = []
-        for node in (0, 1):
-            base = [*_torchrun(), "--nnodes=2", "--nproc-per-node=1"]
-            if kind == "c10d":
-                base += ["--rdzv-backend=c10d", f"--rdzv-endpoint={LOOPBACK}:{port}", "--rdzv-id=nb05"]
-                base += [f"--node-rank={node}"]  # ignored by c10d, on purpose: see the results
-            else:
-                base += [f"--node-rank={node}", f"--master-addr={LOOPBACK}", f"--master-port={port}"]
-            commands.append([*base, str(SCRIPT), out, str(steps), f"node{node}"])
+        commands = [_node_command(kind, node, port, out, steps) for node in (0, 1)]
         driver = [sys.executable, "-c", _TWO_NODES, json.dumps(commands), str(timeout)]
         isolated(driver, timeout=timeout + 10, env=_torchrun_env(tmp))
         return _read_results(out)
 
 
 def torchrun_all(steps: int = 3, timeout: float = 40.0) -> dict[str, list[dict[str, Any]]]:
-    """The three torchrun jobs of the notebook at once ("standalone", "c10d", "static"): each takes a few
-    seconds of mostly waiting (imports, rendezvous, shutdown), so running them side by side saves time."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(3) as pool:
-        jobs = {
-            "standalone": pool.submit(torchrun_standalone, 2, steps, timeout),
-            "c10d": pool.submit(torchrun_two_nodes, "c10d", steps, timeout),
-            "static": pool.submit(torchrun_two_nodes, "static", steps, timeout),
-        }
-        return {name: job.result() for name, job in jobs.items()}
+    """The three torchrun jobs of the notebook ("standalone", "c10d", "static"), one after another (side
+    by side they would save a few seconds but load the machine at the moment each job shuts down)."""
+    return {
+        "standalone": torchrun_standalone(2, steps, timeout),
+        "c10d": torchrun_two_nodes("c10d", steps, timeout),
+        "static": torchrun_two_nodes("static", steps, timeout),
+    }
 
 
 # ----------------------------------------------------------------------------------------- speed
@@ -803,30 +862,51 @@ def _timed_training(
     return {"seconds": time.perf_counter() - started, "first_step": first}
 
 
-def ddp_throughput(
-    world_size: int, threads: int = 1, batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 10
-) -> TrainRun:
-    """Weak scaling: every rank trains on `batch` samples per step; samples/s over all ranks, timed from
-    a barrier after warm-up. Several threads per process need spawn (a fork of a threaded parent hangs)."""
+def _timed_shapes(rank: int, world_size: int, shapes: dict[str, dict[str, int]], steps: int) -> dict[str, Any]:
+    """`_timed_training` for each named shape in turn, in one group (one process start for all)."""
+    return {name: _timed_training(rank, world_size, steps=steps, **shape) for name, shape in shapes.items()}
+
+
+def ddp_throughputs(
+    world_size: int, shapes: dict[str, dict[str, int]], threads: int = 1, steps: int = 10
+) -> dict[str, TrainRun]:
+    """Weak scaling: for each named shape (`batch`, `width`, `depth` of `_timed_training`) every rank
+    trains on `batch` samples per step; samples/s over all ranks, timed from a barrier after warm-up.
+    All shapes run in one launch. Several threads per process need spawn (a fork of a threaded parent
+    hangs). `startup` is the time from the launch to the first timed step of the first shape."""
     import multiprocessing as mp
 
     world_size = positive_int("world_size", world_size)
     threads = positive_int("threads", threads)
+    if not isinstance(shapes, dict) or not shapes:
+        raise TypeError("shapes must be a non-empty dict of name -> {batch, width, depth}")
     method = "spawn" if threads > 1 else mp.get_start_method()
     started = time.time()
-    kw = {"batch": batch, "width": width, "depth": depth, "steps": steps}
+    kw = {"shapes": shapes, "steps": positive_int("steps", steps)}
     results = launch(
-        [_timed_training] if method == "fork" else ["timed_training"],
+        [_timed_shapes] if method == "fork" else ["timed_shapes"],
         world_size,
         start_method=method,
         threads=threads,
-        kwargs={"_timed_training": kw, "timed_training": kw},
+        kwargs={"_timed_shapes": kw, "timed_shapes": kw},
         timeout=300,
     )
-    name = next(iter(results[0]))
-    seconds = max(results[r][name]["seconds"] for r in results)
-    first = min(results[r][name]["first_step"] for r in results)
-    return TrainRun(world_size, threads, world_size * batch * steps / seconds, first - started, seconds)
+    runs = {}
+    for name, shape in shapes.items():
+        rows = [next(iter(results[r].values()))[name] for r in results]
+        seconds = max(row["seconds"] for row in rows)
+        first = min(row["first_step"] for row in rows)
+        samples = world_size * shape.get("batch", 1024) * steps
+        runs[name] = TrainRun(world_size, threads, samples / seconds, first - started, seconds)
+    return runs
+
+
+def ddp_throughput(
+    world_size: int, threads: int = 1, batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 10
+) -> TrainRun:
+    """`ddp_throughputs` for one shape (the bench's `ddp_speedup`)."""
+    shape = {"batch": batch, "width": width, "depth": depth}
+    return ddp_throughputs(world_size, {"run": shape}, threads=threads, steps=steps)["run"]
 
 
 def _ring_timing(rank: int, world_size: int, numel: int = 1 << 20, repeats: int = 10) -> dict[str, float]:
@@ -846,6 +926,7 @@ def _ring_timing(rank: int, world_size: int, numel: int = 1 << 20, repeats: int 
 
 
 DEMOS["timed_training"] = _timed_training
+DEMOS["timed_shapes"] = _timed_shapes
 DEMOS["ring_timing"] = _ring_timing
 
 
@@ -890,17 +971,69 @@ def _uneven_rank(rank: int, world_size: int, ending: str = "join") -> dict[str, 
 
 
 DEMOS["uneven"] = _uneven_rank
+for _ending in ("barrier", "return", "join"):
+    DEMOS[f"uneven_{_ending}"] = functools.partial(_uneven_rank, ending=_ending)
+
+_ABORTED = "gloo aborted the process instead of raising"
+
+
+def _outcomes(results: dict[int, dict[str, Any]], demo: str) -> dict[int, Any]:
+    """Each rank's result of `demo`, or, for a rank that died before finishing it, how it ended."""
+    return {r: results[r].get(demo, f"{results[r].get('exit', 'no result')} ({_ABORTED})") for r in sorted(results)}
 
 
 def uneven(
-    ending: str, world_size: int = 2, timeout: float = 30.0, tmpdir: str | None = None
-) -> dict[int, dict[str, Any]]:
-    """Run the uneven-inputs job; returns each rank's batch count and outcome. See `_uneven_rank`.
-    `tmpdir`: see `launch` (the "barrier" ending hangs, so it runs under the watchdog, which kills it)."""
-    if ending not in ("barrier", "return", "join"):
-        raise ValueError(f"ending must be 'barrier', 'return' or 'join', got {ending!r}")
-    results = launch(["uneven"], world_size, timeout=timeout, kwargs={"uneven": {"ending": ending}}, tmpdir=tmpdir)
-    return {r: results[r]["uneven"] for r in sorted(results)}
+    endings: Sequence[str] = ("join", "return"), world_size: int = 2, timeout: float = 30.0
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """The uneven-inputs job with each of `endings` in turn, in one launch; returns
+    `{ending: {rank: {"batches", "outcome", "failed"}}}`. See `_uneven_rank`.
+
+    "return" breaks the group, so it must come last. A rank left alone in a collective either raises
+    (connection closed or reset by peer) or is aborted by gloo (SIGABRT, seen about once in ten runs
+    on a loaded machine): "failed" is True in both cases, "outcome" says which it was. The "barrier"
+    ending hangs: see `uneven_hang`."""
+    if isinstance(endings, str):
+        endings = [endings]
+    for ending in endings:
+        if ending not in ("return", "join"):
+            raise ValueError(f"endings must be 'return' or 'join' (barrier: see uneven_hang), got {ending!r}")
+    if not endings or "return" in endings[:-1]:
+        raise ValueError("endings must be a non-empty list with 'return', if present, last: it breaks the group")
+    names = [f"uneven_{ending}" for ending in endings]
+    results = launch(names, world_size, timeout=timeout, failures="report")
+    table: dict[str, dict[int, dict[str, Any]]] = {}
+    for ending, name in zip(endings, names, strict=True):
+        table[ending] = {}
+        for rank, row in _outcomes(results, name).items():
+            if isinstance(row, str):  # the process died
+                row = {"batches": 2 + rank, "outcome": row}
+            table[ending][rank] = {**row, "failed": row["outcome"] != "finished"}
+    return table
+
+
+def uneven_hang(world_size: int = 2, tmpdir: str | None = None, timeout: float = 30.0) -> None:
+    """The "barrier" ending, with rank 0 running in this process and the others in child processes: run
+    it under `watchdog.run`, whose stack dump then shows where rank 0 really waits (`dist.barrier`
+    inside `_uneven_rank`), not a launcher's join. Never returns unless something is wrong."""
+    import multiprocessing as mp
+
+    world_size = positive_int("world_size", world_size)
+    if world_size < 2:
+        raise ValueError(f"world_size must be >= 2 for an uneven job, got {world_size}")
+    outdir = tempfile.mkdtemp(prefix="ddp-", dir=tmpdir)  # the watchdog kills us: the caller removes tmpdir
+    port = free_port()
+    ctx = mp.get_context()
+    others = [
+        ctx.Process(target=_rank_main, args=(r, world_size, ["uneven_barrier"], port, None, outdir, 1, {}, {}))
+        for r in range(1, world_size)
+    ]
+    for proc in others:
+        proc.start()
+    torch.set_num_threads(1)
+    init_group(0, world_size, port=port, timeout=timeout)
+    _uneven_rank(0, world_size, ending="barrier")  # hangs in dist.barrier()
+    for proc in others:
+        proc.join(timeout)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -933,10 +1066,11 @@ DEMOS["mismatch"] = _mismatch_rank
 
 def mismatch(debug: bool, timeout: float = 30.0) -> dict[int, str]:
     """An all_reduce whose tensors differ in shape across ranks, with or without
-    `TORCH_DISTRIBUTED_DEBUG=DETAIL`; returns what each rank ended with (error line or its tensor)."""
+    `TORCH_DISTRIBUTED_DEBUG=DETAIL`; returns what each rank ended with (error line, its tensor, or,
+    without DETAIL, how its process died: gloo may abort it instead of raising)."""
     env = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL" if debug else "OFF"}
-    results = launch(["mismatch"], 2, env=env, timeout=timeout)
-    return {r: results[r]["mismatch"] for r in sorted(results)}
+    results = launch(["mismatch"], 2, env=env, timeout=timeout, failures="report")
+    return _outcomes(results, "mismatch")
 
 
 def foreign_listener_client(timeout: float = 2.0) -> str:

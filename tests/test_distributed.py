@@ -17,6 +17,7 @@ def group():
 
 
 def test_hello_and_loopback_only(group):
+    assert dd.listening_addresses() == []  # every listener of the launch is closed when it returns
     for rank in (0, 1):
         hello = group[rank]["hello"]
         assert hello == {
@@ -190,17 +191,48 @@ def test_isolated_reports_errors_and_timeouts():
         dd.isolated("python")
 
 
-def test_uneven_join_and_return():
-    assert dd.uneven("join") == {0: {"batches": 2, "outcome": "finished"}, 1: {"batches": 3, "outcome": "finished"}}
-    returned = dd.uneven("return")
-    assert returned[0]["outcome"] == "finished" and "by peer" in returned[1]["outcome"]
+def test_uneven_join_then_return():
+    table = dd.uneven(["join", "return"])
+    assert table["join"] == {
+        0: {"batches": 2, "outcome": "finished", "failed": False},
+        1: {"batches": 3, "outcome": "finished", "failed": False},
+    }
+    returned = table["return"]
+    assert returned[0]["outcome"] == "finished" and returned[1]["failed"] is True
+    assert "by peer" in returned[1]["outcome"] or "SIGABRT" in returned[1]["outcome"]
     with pytest.raises(ValueError, match="ending"):
-        dd.uneven("crash")
+        dd.uneven(["crash"])
+    with pytest.raises(ValueError, match="last"):
+        dd.uneven(["return", "join"])
 
 
-def test_uneven_barrier_hangs_and_leaves_its_files_where_told(tmp_path):
-    assert watchdog.run(dd.uneven, "barrier", tmpdir=str(tmp_path), timeout=4).status == "hung"
-    assert [p.name[:4] for p in tmp_path.iterdir()] == ["ddp-"]  # the killed launcher's folder, not in /tmp
+def test_uneven_hang_shows_the_rank_in_barrier_and_leaves_its_files_where_told(tmp_path):
+    outcome = watchdog.run(dd.uneven_hang, tmpdir=str(tmp_path), timeout=4)
+    assert outcome.status == "hung"
+    names = [name.split(".")[-1] for name in outcome.stack]
+    assert names.index("uneven_hang") < names.index("_uneven_rank") < names.index("barrier")
+    assert [p.name[:4] for p in tmp_path.iterdir()] == ["ddp-"]  # the killed job's folder, not in /tmp
+    with pytest.raises(ValueError, match="world_size"):
+        dd.uneven_hang(1)
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="functions as demos need fork")
+def test_launch_reports_a_rank_killed_by_a_signal():
+    import os
+    import signal
+
+    def first(rank, world_size):
+        return rank
+
+    def second(rank, world_size):
+        if rank == 1:
+            os.kill(os.getpid(), signal.SIGABRT)  # what gloo sometimes does instead of raising
+        return "done"
+
+    got = dd.launch([first, second], 2, start_method="fork", failures="report", timeout=30)
+    assert got == {0: {"first": 0, "second": "done"}, 1: {"first": 1, "exit": "killed by SIGABRT"}}
+    with pytest.raises(ValueError, match="failures"):
+        dd.launch(["hello"], failures="ignore")
 
 
 def test_mismatch_detail_reports_on_every_rank():
@@ -223,6 +255,8 @@ def test_ddp_throughput_small():
     assert run.world_size == 2 and run.threads == 1 and run.samples_per_s > 0 and run.seconds > 0
     with pytest.raises(ValueError, match="world_size"):
         dd.ddp_throughput(0)
+    with pytest.raises(TypeError, match="shapes"):
+        dd.ddp_throughputs(1, {})
 
 
 def test_ring_vs_allreduce_small():
@@ -267,3 +301,54 @@ def test_kill_tree_kills_children_too():
     proc.wait(5)
     assert children and not any(child.is_running() and child.status() != "zombie" for child in children)
     dd.kill_tree(proc.pid)  # already gone: no error
+
+
+_FAKE_TORCHRUN = """
+import json, os, sys
+args = sys.argv[1:]
+script = next(i for i, a in enumerate(args) if a.endswith("ddp_train.py"))
+out, node = args[script + 1], (args[script + 3:] or ["node0"])[0]
+os.makedirs(os.path.join(os.environ["TMPDIR"], "torchelastic_fake"), exist_ok=True)  # what the real one leaves behind
+nproc = int(next(a.split("=")[1] for a in args if a.startswith("--nproc-per-node")))
+for local in range(nproc):
+    rank = local if nproc > 1 else 1 - int(node[-1])  # node1 first: the helper must sort
+    row = {"RANK": rank, "node": node, "TMPDIR": os.environ["TMPDIR"], "args": args}
+    open(os.path.join(out, f"rank{rank}.json"), "w").write(json.dumps(row))
+"""
+
+
+def test_torchrun_helpers_commands_results_and_cleanup(monkeypatch, tmp_path):
+    """The helpers' own logic with a fake torchrun (no torch start-up): the commands, the results read
+    back sorted by rank, and the TMPDIR folder removed with what torchrun left in it."""
+    import os
+    import sys
+
+    fake = tmp_path / "fake_torchrun.py"
+    fake.write_text(_FAKE_TORCHRUN)
+    monkeypatch.setattr(dd, "_torchrun", lambda: [sys.executable, str(fake)])
+    rows = dd.torchrun_standalone(2, steps=1, timeout=20)
+    assert [r["RANK"] for r in rows] == [0, 1]
+    assert "--standalone" in rows[0]["args"] and not os.path.exists(rows[0]["TMPDIR"])
+    for kind in ("c10d", "static"):
+        rows = dd.torchrun_two_nodes(kind, steps=1, timeout=20)
+        assert [r["RANK"] for r in rows] == [0, 1] and {r["node"] for r in rows} == {"node0", "node1"}
+        assert not os.path.exists(rows[0]["TMPDIR"])
+        args = rows[0]["args"]
+        assert "--nnodes=2" in args and any(a.startswith("--node-rank=") for a in args)
+        endpoint = [a for a in args if a.startswith(("--rdzv-endpoint=", "--master-addr="))]
+        assert endpoint and all("127.0.0.1" in a for a in endpoint)
+    command = dd._node_command("static", 1, 1234, "/out", 2)
+    assert command[-4:] == [str(dd.SCRIPT), "/out", "2", "node1"]
+    assert {"--node-rank=1", "--master-addr=127.0.0.1", "--master-port=1234"} <= set(command)
+
+
+def test_torchrun_failure_is_reported(monkeypatch, tmp_path):
+    import sys
+
+    fake = tmp_path / "failing.py"
+    fake.write_text("import sys; sys.exit('ChildFailedError: worker 1 failed')")
+    monkeypatch.setattr(dd, "_torchrun", lambda: [sys.executable, str(fake)])
+    with pytest.raises(RuntimeError, match="exit code 1|ChildFailedError"):
+        dd.torchrun_two_nodes("static", timeout=20)
+    with pytest.raises(RuntimeError, match="ChildFailedError"):
+        dd.torchrun_standalone(timeout=20)

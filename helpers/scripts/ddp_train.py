@@ -21,6 +21,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 SET_BY_TORCHRUN = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]
 
 
+def listening(pid: int) -> list[str]:
+    """Course check, not training: the addresses (no ports) on which process `pid` listens for TCP."""
+    import psutil
+
+    conns = psutil.Process(pid).net_connections(kind="tcp")
+    return sorted({c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN})
+
+
 def train(rank: int, world: int, steps: int) -> bool:
     """A few DDP steps on this rank's own data; True if all ranks end with identical parameters."""
     torch.manual_seed(0)
@@ -39,14 +47,14 @@ def train(rank: int, world: int, steps: int) -> bool:
 
 
 def main() -> None:
-    faulthandler.enable()
+    faulthandler.enable()  # a crash in native code (SIGABRT, SIGSEGV) then shows the Python stack
     outdir = sys.argv[1]
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     node = sys.argv[3] if len(sys.argv) > 3 else "node0"
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dist.init_process_group("gloo")  # env:// : everything comes from torchrun's variables
     rank, world = dist.get_rank(), dist.get_world_size()
-    identical = train(rank, world, steps)  # the DDP model, which holds the group, is gone when it returns
+    identical = train(rank, world, steps)
     result = {
         "RANK": rank,
         "WORLD_SIZE": world,
@@ -56,6 +64,7 @@ def main() -> None:
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
         "--local-rank passed": any(arg.startswith("--local") for arg in sys.argv),
         "params identical on all ranks": identical,
+        "torchrun agent listens on": listening(os.getppid()),  # its rendezvous store, while the job runs
     }
     with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
