@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from helpers.errors import clean, error_line, short_error
-from helpers.processes import join_spawned
+from helpers.processes import join_spawned, stop
 from helpers.validate import positive_int
 
 __all__ = [
@@ -228,17 +228,13 @@ def _join_all(context: Any, timeout: float) -> list[int | None]:
     """Wait for every rank to end on its own (no stopping the others when one fails, unlike
     `ProcessContext.join`), for `timeout` seconds in all; then kill what is left: `TimeoutError`."""
     deadline = time.monotonic() + timeout
-    try:
-        for process in context.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-        if any(process.is_alive() for process in context.processes):
-            raise TimeoutError(f"spawned processes still running after {timeout:g} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-            process.join(5)
-    return [process.exitcode for process in context.processes]
+    for process in context.processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    hung = any(process.is_alive() for process in context.processes)
+    codes = stop(context.processes, timeout=0)  # kills what is left, joins everything
+    if hung:
+        raise TimeoutError(f"spawned processes still running after {timeout:g} s")
+    return codes
 
 
 def launch(

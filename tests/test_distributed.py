@@ -280,6 +280,8 @@ def test_launch_reraises_a_rank_error_and_times_out():
         dd.launch(["checkpoint"], 2, kwargs={"checkpoint": {"path": "/nonexistent/dir/x.pt"}}, timeout=30)
     with pytest.raises(TimeoutError):
         dd.launch(["uneven"], 2, kwargs={"uneven": {"ending": "barrier"}}, timeout=2)
+    with pytest.raises(TimeoutError):
+        dd.launch(["uneven_barrier"], 2, failures="report", timeout=2)
 
 
 def test_script_is_shipped_in_the_package():
