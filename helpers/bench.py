@@ -30,6 +30,8 @@ __all__ = [
     "spawn_vs_fork_start",
     "pool_chunksize",
     "pool_io_scaling",
+    "ddp_speedup",
+    "ring_allreduce",
     "main",
 ]
 
@@ -265,6 +267,50 @@ def pool_io_scaling(tasks: int = 160, delay: float = 0.02, workers: int = 8) -> 
     )
 
 
+def ddp_speedup(batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 20) -> Figure:
+    """DDP weak scaling, one rank per usable core at 1 thread each: samples/s / one process at 1 thread
+    (`batch` samples per rank per step, an MLP of `depth` hidden layers `width` wide)."""
+    from helpers import distributed
+
+    cores = usable_cores()
+    shape = {"batch": batch, "width": width, "depth": depth, "steps": steps}
+    single = distributed.ddp_throughput(1, threads=1, **shape)
+    many = distributed.ddp_throughput(cores, threads=1, **shape)
+    threaded = distributed.ddp_throughput(1, threads=cores, **shape)
+    return Figure(
+        ratio=many.samples_per_s / single.samples_per_s,
+        limit=float(cores),
+        floor=0.7 * cores,
+        what=f"DDP weak scaling, {cores} ranks x 1 thread / 1 process x 1 thread: samples/s, {batch} samples per rank",
+        details={
+            "samples_per_s_single": single.samples_per_s,
+            f"samples_per_s_ddp_{cores}": many.samples_per_s,
+            f"samples_per_s_single_{cores}_threads": threaded.samples_per_s,
+            f"ratio_vs_single_{cores}_threads": many.samples_per_s / threaded.samples_per_s,
+            f"startup_s_ddp_{cores}": many.startup,
+            "start_method": default_start_method(),
+        },
+    )
+
+
+def ring_allreduce(nbytes: int = 4 << 20, repeats: int = 10) -> Figure:
+    """The hand-written ring all-reduce of notebook 05 on 2 ranks: seconds / `dist.all_reduce`'s, for a
+    4 MB tensor. No floor: it shows how close a clear implementation gets to gloo's."""
+    from helpers import distributed
+
+    times = distributed.ring_vs_allreduce(nbytes, repeats=repeats, world_size=2)
+    return Figure(
+        ratio=times["ring"] / times["all_reduce"],
+        limit=None,
+        what=f"ring all-reduce by hand / dist.all_reduce, {nbytes / 2**20:g} MB float32 on 2 ranks (gloo, loopback)",
+        details={
+            "ring_ms": times["ring"] * 1000,
+            "all_reduce_ms": times["all_reduce"] * 1000,
+            "start_method": default_start_method(),
+        },
+    )
+
+
 FIGURES: dict[str, Callable[[], Figure]] = {
     "threads_vs_processes": threads_vs_processes,
     "spawn_vs_fork_start": spawn_vs_fork_start,
@@ -274,6 +320,8 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "hogwild_speedup": hogwild_speedup,
     "pool_chunksize": pool_chunksize,
     "pool_io_scaling": pool_io_scaling,
+    "ddp_speedup": ddp_speedup,
+    "ring_allreduce": ring_allreduce,
 }
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from helpers.errors import short_error
-from helpers.processes import running
+from helpers.processes import join_spawned, running
 from helpers.validate import non_negative, positive_int
 
 if TYPE_CHECKING:
@@ -284,20 +284,6 @@ def _spawn_hygiene() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _join_all(context: Any, timeout: float) -> None:
-    """`ProcessContext.join` with an overall deadline (spawn's own join=True waits forever)."""
-    deadline = time.monotonic() + timeout
-    try:
-        while not context.join(timeout=max(0.0, deadline - time.monotonic())):
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"spawned processes still running after {timeout:g} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-            process.join(5)
-
-
 def with_spawn(items: Sequence[int], nprocs: int = 4, timeout: float = _WAIT) -> dict[str, Any]:
     """`torch.multiprocessing.spawn` with join=False: the ranks write results into a shared tensor
     (spawn returns nothing), the context is joined with a deadline."""
@@ -312,7 +298,7 @@ def with_spawn(items: Sequence[int], nprocs: int = 4, timeout: float = _WAIT) ->
         context = tmp.spawn(_spawn_rank, args=(items, out, nprocs), nprocs=nprocs, join=False)
         report: dict[str, Any] = {"returned": type(context).__name__}
         report["join(timeout=0) right after start"] = context.join(timeout=0)
-        _join_all(context, timeout)
+        join_spawned(context, timeout)
         report["join() at the end"] = context.join()
     report["results"] = out.tolist()
     report["exit codes"] = [p.exitcode for p in context.processes]
@@ -327,7 +313,7 @@ def spawn_failure(nprocs: int = 2, seconds: float = 30.0, timeout: float = _WAIT
     with _spawn_hygiene():
         context = tmp.spawn(_fail_or_wait, args=(seconds,), nprocs=nprocs, join=False)
         try:
-            _join_all(context, timeout)
+            join_spawned(context, timeout)
         except tmp.ProcessRaisedException as exc:
             report = {
                 "raised": short_error(exc),

@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from multiprocessing.process import BaseProcess
+from typing import Any
 
-__all__ = ["running", "stop"]
+__all__ = ["running", "stop", "join_spawned"]
 
 
 def stop(procs: Sequence[BaseProcess], timeout: float = 5.0) -> list[int | None]:
@@ -47,3 +48,21 @@ def running(procs: Sequence[BaseProcess], timeout: float = 5.0) -> Iterator[Sequ
         yield procs
     finally:
         stop(procs, timeout)
+
+
+def join_spawned(context: Any, timeout: float) -> None:
+    """`ProcessContext.join` (torch.multiprocessing.spawn / start_processes with join=False) with an
+    overall deadline, since spawn's own join=True waits forever: `TimeoutError` after `timeout` seconds;
+    whatever happens, every process of the context is killed if still alive and joined."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    try:
+        while not context.join(timeout=max(0.0, min(0.05, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"spawned processes still running after {timeout:g} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+            process.join(5)

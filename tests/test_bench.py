@@ -75,3 +75,24 @@ def test_pool_io_scaling_figure_reports_startup_and_the_cpu_bound_case():
 def test_pool_figures_are_registered():
     assert bench.FIGURES["pool_chunksize"] is bench.pool_chunksize
     assert bench.FIGURES["pool_io_scaling"] is bench.pool_io_scaling
+
+
+def test_ddp_speedup_figure_reports_the_threaded_baseline():
+    fig = bench.ddp_speedup(batch=16, width=16, depth=1, steps=2)
+    assert fig.ratio > 0 and fig.limit >= 1 and fig.floor == pytest.approx(0.7 * fig.limit)
+    cores = int(fig.limit)
+    assert {"samples_per_s_single", f"samples_per_s_ddp_{cores}", f"startup_s_ddp_{cores}", "start_method"} <= set(
+        fig.details
+    )
+    assert f"samples_per_s_single_{cores}_threads" in fig.details
+
+
+def test_ring_allreduce_figure_has_no_floor():
+    fig = bench.ring_allreduce(nbytes=4096, repeats=1)
+    assert fig.ratio > 0 and fig.floor is None and fig.limit is None and fig.meets_floor is None
+    assert {"ring_ms", "all_reduce_ms", "start_method"} <= set(fig.details)
+
+
+def test_distributed_figures_are_registered():
+    assert bench.FIGURES["ddp_speedup"] is bench.ddp_speedup
+    assert bench.FIGURES["ring_allreduce"] is bench.ring_allreduce

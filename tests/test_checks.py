@@ -222,3 +222,51 @@ def test_imap_pipeline_checker():
 def test_chunksize_choice_checker(value, ok, words):
     result = checks.chunksize_choice(value)
     assert bool(result) is ok and words in repr(result)
+
+
+def _average(model):
+    import torch.distributed as dist
+
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+
+def _sum_only(model):
+    import torch.distributed as dist
+
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the checker pins fork")
+@pytest.mark.parametrize(
+    "fn, words",
+    [(_average, "Correct"), (_sum_only, "divide"), (lambda m: None, "unchanged"), (lambda m: 1 / 0, "raised")],
+)
+def test_average_gradients_checker(fn, words):
+    result = checks.average_gradients(fn)
+    assert bool(result) is (words == "Correct")
+    assert words in repr(result)
+
+
+def test_average_gradients_checker_placeholder_and_type():
+    assert "write average_gradients" in repr(checks.average_gradients(None))
+    with pytest.raises(TypeError):
+        checks.average_gradients(3)
+
+
+def test_sampler_epochs_checker():
+    def right(sampler, epochs):
+        orders = []
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            orders.append(list(sampler))
+        return orders
+
+    assert checks.sampler_epochs(right)
+    forgot = checks.sampler_epochs(lambda sampler, epochs: [list(sampler) for _ in range(epochs)])
+    assert not forgot and "set_epoch" in repr(forgot)
+    assert not checks.sampler_epochs(lambda sampler, epochs: None)
+    assert "raised" in repr(checks.sampler_epochs(lambda sampler, epochs: 1 / 0))
+    assert not checks.sampler_epochs(None)

@@ -34,3 +34,21 @@ def test_bad_arguments():
         pass
     with pytest.raises(TypeError, match="Process objects"), running(["not a process"]):
         pass
+
+
+def test_join_spawned_has_a_deadline_and_kills_what_is_left():
+    import multiprocessing as mp
+
+    import torch.multiprocessing as tmp
+
+    from helpers.pool import delayed_square
+    from helpers.processes import join_spawned
+
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    quick = tmp.start_processes(delayed_square, nprocs=1, join=False, start_method=method)
+    join_spawned(quick, timeout=30)  # rank 0 waits 0 s
+    assert [p.exitcode for p in quick.processes] == [0]
+    slow = tmp.start_processes(delayed_square, nprocs=4, join=False, start_method=method)  # rank 3 waits 0.6 s
+    with pytest.raises(TimeoutError):
+        join_spawned(slow, timeout=0.1)
+    assert not any(p.is_alive() for p in slow.processes)

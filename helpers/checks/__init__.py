@@ -12,6 +12,7 @@ Each chapter's checkers live in their own module here and are re-exported, so a 
 """
 
 from helpers.checks.core import Verdict, verdict
+from helpers.checks.distributed import average_gradients, sampler_epochs
 from helpers.checks.hogwild import shared_model, shared_momentum
 from helpers.checks.loading import io_workers, shard_bounds, worker_init_fn
 from helpers.checks.orientation import fork_safe_settings, main_guard_script, threads_per_process
@@ -35,6 +36,8 @@ __all__ = [
     "shared_momentum",
     "imap_pipeline",
     "chunksize_choice",
+    "average_gradients",
+    "sampler_epochs",
     "fixed_mystery",
     "safe_get",
 ]
