@@ -48,8 +48,13 @@ def test_fork_safe_settings_catches_the_openmp_hang():
         pytest.skip("no fork here")
     import torch
 
-    torch.ones(4_000_000).sum()  # make sure OpenMP's pool exists in this process
-    result = checks.fork_safe_settings("fork", 2, timeout=3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # an earlier test may have left this process single-threaded
+    try:
+        torch.ones(4_000_000).sum()  # make sure OpenMP's pool of 2 threads exists in this process
+        result = checks.fork_safe_settings("fork", 2, timeout=3)
+    finally:
+        torch.set_num_threads(threads)
     assert not result and "hung" in repr(result)
 
 

@@ -77,7 +77,13 @@ def test_call_in_spawned_child_reports_a_child_that_sends_nothing():
 
 
 def test_parallel_sum_and_acquire():
-    assert orientation.parallel_sum(1) == 4_000_000.0
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        assert orientation.parallel_sum(1) == 4_000_000.0
+    finally:
+        torch.set_num_threads(threads)  # parallel_sum sets it process-wide; later tests need the pool
     with pytest.raises(ValueError, match="threads"):
         orientation.parallel_sum(0)
     import threading
