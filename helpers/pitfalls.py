@@ -41,6 +41,7 @@ __all__ = [
     "START_METHOD_AFTER_DATALOADER",
     "run_python",
     "port_taken",
+    "loopback_store",
     "port_from_os",
     "interrupted_cell",
     "process_group",
@@ -284,20 +285,36 @@ def port_taken(timeout: float = 3.0) -> str:
     return "no error"
 
 
-@contextlib.contextmanager
-def process_group(world_size: int = 1, rank: int = 0, timeout: float = 10.0) -> Iterator[Any]:
-    """A one-machine gloo group whose store listens on a port the OS picks (port 0: nothing to collide
-    with) and which is destroyed however the block ends, so an interrupted cell leaves nothing behind.
-    Yields the store (the other ranks need its port: `store.port`)."""
+def loopback_store(timeout: float = 10.0) -> Any:
+    """A one-rank `TCPStore` on a port the OS picks, listening on 127.0.0.1 only.
+
+    We bind the socket to 127.0.0.1 port 0 ourselves (the OS picks a free port: nothing to collide with)
+    and hand it to the store (`master_listen_fd`): given only an address, torch's store would listen on
+    every interface (notebook 05). Other ranks would connect to 127.0.0.1 and `store.port`.
+    """
     import torch.distributed as dist
 
-    positive_int("world_size", world_size)
-    positive_int("rank", rank, minimum=0)
     non_negative("timeout", timeout)
-    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=rank == 0, timeout=datetime.timedelta(seconds=timeout))
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout)
-    )
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    port = sock.getsockname()[1]
+    wait = datetime.timedelta(seconds=timeout)
+    return dist.TCPStore("127.0.0.1", port, 1, True, wait, master_listen_fd=sock.detach())
+
+
+@contextlib.contextmanager
+def process_group(timeout: float = 10.0) -> Iterator[Any]:
+    """A one-rank gloo group on a `loopback_store`, destroyed however the block ends, so an interrupted
+    cell leaves nothing behind. Yields the store."""
+    import torch.distributed as dist
+
+    store = loopback_store(timeout)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout))
     try:
         yield store
     finally:
@@ -329,8 +346,7 @@ def interrupted_cell(cleanup: bool) -> list[str]:
         if cleanup:
             with process_group():
                 raise KeyboardInterrupt  # Stop pressed while training
-        store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, timeout=datetime.timedelta(seconds=5))
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        dist.init_process_group("gloo", store=loopback_store(), rank=0, world_size=1)
         raise KeyboardInterrupt
         dist.destroy_process_group()  # never reached  # noqa: ARG001
 

@@ -51,6 +51,25 @@ def test_process_group_pitfalls():
     assert all(line.endswith("a group is left: False") for line in fixed)
 
 
+def _store_listens_where() -> list[str]:
+    import psutil
+
+    store = pitfalls.loopback_store(timeout=5)
+    try:
+        return sorted(
+            c.laddr.ip
+            for c in psutil.Process().net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == store.port
+        )
+    finally:
+        del store
+
+
+@needs_fork
+def test_loopback_store_listens_on_127_0_0_1_only():
+    assert watchdog.run(_store_listens_where, timeout=30, start_method="fork").value == ["127.0.0.1"]
+
+
 def test_recorded_shm_line_has_the_shape_the_notebook_prints():
     result = pitfalls.RECORDED_SHM["batch 20 (80 MB), file_descriptor"]["result"]
     assert "No space left on device (28)" in result and pitfalls.RECORDED_SHM["shm_mb"] == 64
@@ -100,6 +119,7 @@ def test_tutorial_pairs():
         (lambda: pitfalls.consume(True, True, timeout=-1), ValueError),
         (lambda: pitfalls.run_python(""), TypeError),
         (lambda: pitfalls.interrupted_cell(1), TypeError),
+        (lambda: pitfalls.loopback_store(timeout=-1), ValueError),
         (lambda: pitfalls.shm_exhaustion(timeout=-1), ValueError),
         (lambda: pitfalls.stack_names(None, "x"), TypeError),
         (lambda: pitfalls.dataloader_timeout(-1), ValueError),
