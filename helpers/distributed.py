@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from helpers.environment import default_context, default_start_method
 from helpers.errors import clean, error_line, short_error
 from helpers.processes import join_spawned, stop
 from helpers.validate import positive_int
@@ -265,7 +266,6 @@ def launch(
     inside `tmpdir` when given: a caller that may be killed (a hang demo under the watchdog) passes a
     folder it removes.
     """
-    import multiprocessing as mp
 
     import torch.multiprocessing as tmp
 
@@ -282,7 +282,7 @@ def launch(
             raise ValueError(f"unknown demo {demo!r}; choose from {', '.join(DEMOS)}")
         if not isinstance(demo, str) and not callable(demo):
             raise TypeError(f"a demo must be a name or a function, got {type(demo).__name__}")
-    method = start_method or mp.get_start_method()
+    method = start_method or default_start_method()
     with tempfile.TemporaryDirectory(prefix="ddp-", dir=tmpdir) as outdir:
         port = free_port() if init == "store" else None
         init_file = os.path.join(outdir, "rendezvous") if init == "file" else None
@@ -870,13 +870,12 @@ def ddp_throughputs(
     trains on `batch` samples per step; samples/s over all ranks, timed from a barrier after warm-up.
     All shapes run in one launch. Several threads per process need spawn (a fork of a threaded parent
     hangs). `startup` is the time from the launch to the first timed step of the first shape."""
-    import multiprocessing as mp
 
     world_size = positive_int("world_size", world_size)
     threads = positive_int("threads", threads)
     if not isinstance(shapes, dict) or not shapes:
         raise TypeError("shapes must be a non-empty dict of name -> {batch, width, depth}")
-    method = "spawn" if threads > 1 else mp.get_start_method()
+    method = "spawn" if threads > 1 else default_start_method()
     started = time.time()
     kw = {"shapes": shapes, "steps": positive_int("steps", steps)}
     results = launch(
@@ -1011,14 +1010,13 @@ def uneven_hang(world_size: int = 2, tmpdir: str | None = None, timeout: float =
     """The "barrier" ending, with rank 0 running in this process and the others in child processes: run
     it under `watchdog.run`, whose stack dump then shows where rank 0 really waits (`dist.barrier`
     inside `_uneven_rank`), not a launcher's join. Never returns unless something is wrong."""
-    import multiprocessing as mp
 
     world_size = positive_int("world_size", world_size)
     if world_size < 2:
         raise ValueError(f"world_size must be >= 2 for an uneven job, got {world_size}")
     outdir = tempfile.mkdtemp(prefix="ddp-", dir=tmpdir)  # the watchdog kills us: the caller removes tmpdir
     port = free_port()
-    ctx = mp.get_context()
+    ctx = default_context()
     others = [
         ctx.Process(target=_rank_main, args=(r, world_size, ["uneven_barrier"], port, None, outdir, 1, {}, {}))
         for r in range(1, world_size)

@@ -14,7 +14,7 @@ import shutil
 import sys
 from typing import Any
 
-__all__ = ["usable_cores", "shm_bytes", "default_start_method", "report", "format_report"]
+__all__ = ["usable_cores", "shm_bytes", "default_start_method", "default_context", "report", "format_report"]
 
 
 def usable_cores() -> int:
@@ -37,8 +37,24 @@ def shm_bytes() -> tuple[int, int] | None:
 
 
 def default_start_method() -> str:
-    """The start method a plain `multiprocessing.Process` would use here, without fixing it for good."""
-    return mp.get_context().get_start_method()
+    """The start method a plain `multiprocessing.Process` would use here, read without fixing it.
+
+    `mp.get_context()` and `mp.get_start_method()` with no argument *set* the default context as a side
+    effect, after which the learner's own `set_start_method(...)` raises "context has already been set"
+    (notebook 06 teaches that pitfall, so the course must not cause it). `allow_none=True` only reads;
+    when nothing is set yet, the platform default is the default context's fallback (fork on Linux up to
+    Python 3.13, forkserver from 3.14, spawn on macOS and Windows).
+    """
+    chosen = mp.get_start_method(allow_none=True)
+    if chosen is not None:
+        return chosen
+    fallback = getattr(getattr(mp.context, "_default_context", None), "_default_context", None)
+    return fallback.get_start_method() if fallback is not None else mp.get_all_start_methods()[0]
+
+
+def default_context() -> mp.context.BaseContext:
+    """The context of the default start method, for helpers that start processes, without fixing it."""
+    return mp.get_context(default_start_method())
 
 
 def report() -> dict[str, Any]:

@@ -22,6 +22,7 @@ import torch.multiprocessing as tmp
 from torch import nn
 from torch.nn import functional as F
 
+from helpers.environment import default_start_method
 from helpers.processes import running
 from helpers.validate import positive_int
 
@@ -276,7 +277,7 @@ def hogwild(
     task.share_memory_()
     if share:
         model.share_memory()
-    ctx = tmp.get_context(start_method)
+    ctx = tmp.get_context(start_method or default_start_method())
     if ctx.get_start_method() == "fork" and config.threads != 1:
         raise ValueError(
             f"threads={config.threads} under fork: a forked child whose parent has run a parallel torch op hangs "

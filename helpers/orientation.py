@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from helpers.environment import usable_cores
+from helpers.environment import default_start_method, usable_cores
 from helpers.processes import running
 from helpers.validate import positive_int
 
@@ -177,7 +177,7 @@ def threads_vs_processes(
         thread.join()
     threads = time.perf_counter() - t0
 
-    ctx = mp.get_context(start_method)
+    ctx = mp.get_context(start_method or default_start_method())
     barrier = ctx.Barrier(workers + 1)
     pipes = [ctx.Pipe(duplex=False) for _ in range(workers)]
     procs = [ctx.Process(target=_busy_after_barrier, args=(barrier, n, s)) for _, s in pipes]

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from helpers.environment import default_context
 from helpers.errors import clean, error_line, short_error
 from helpers.validate import non_negative, positive_int
 
@@ -145,7 +146,7 @@ def join_then_get(drain_first: bool, nbytes: int = _BIG) -> int:
     if not isinstance(drain_first, bool):
         raise TypeError(f"drain_first must be a bool, got {type(drain_first).__name__}")
     positive_int("nbytes", nbytes)
-    ctx = mp.get_context()
+    ctx = default_context()
     queue = ctx.Queue()
     producer = ctx.Process(target=_put_bytes, args=(queue, nbytes))
     producer.start()
@@ -183,7 +184,7 @@ def consume(fail: bool, safe: bool, timeout: float = 1.0) -> list[Any]:
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     non_negative("timeout", timeout)
-    ctx = mp.get_context()
+    ctx = default_context()
     queue = ctx.Queue()
     producer = ctx.Process(target=_produce, args=(queue, fail, safe))
     producer.start()

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from helpers.environment import default_context
 from helpers.errors import short_error
 from helpers.processes import join_spawned, running
 from helpers.validate import non_negative, positive_int
@@ -794,7 +795,7 @@ def run_pipeline(
     # tqdm's default lock includes a multiprocessing RLock: under spawn a named semaphore in /dev/shm that
     # outlives a killed kernel. A thread lock is all a bar in this process needs.
     tqdm.set_lock(threading.RLock())
-    with mp.get_context().Pool(workers) as pool, tqdm(total=len(items), desc="results", disable=not progress) as bar:
+    with default_context().Pool(workers) as pool, tqdm(total=len(items), desc="results", disable=not progress) as bar:
         results = fn(pool, list(items), bar)
         pool.close()
         pool.join()

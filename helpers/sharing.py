@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as tmp
 
+from helpers.environment import default_context, default_start_method
 from helpers.processes import running
 from helpers.validate import positive_int
 
@@ -54,7 +55,7 @@ _WAIT = 60.0  # seconds: generous bound for any single get/join; spawn children 
 
 
 def _ctx(start_method: str | None = None) -> Any:
-    return tmp.get_context(start_method)
+    return tmp.get_context(start_method or default_start_method())
 
 
 # ---- what crosses a process boundary -------------------------------------------------------------
@@ -74,7 +75,7 @@ def crossing(kind: str) -> dict[str, Any]:
     into it; report what the parent sees afterwards."""
     if kind not in ("tensor", "numpy"):
         raise ValueError(f"kind must be 'tensor' or 'numpy', got {kind!r}")
-    ctx = _ctx() if kind == "tensor" else mp.get_context()
+    ctx = _ctx() if kind == "tensor" else default_context()
     # The parent puts on a SimpleQueue (no feeder thread: the tensor is in shared memory when put()
     # returns) and waits on a Queue, whose get() takes a timeout.
     inbox, outbox = ctx.SimpleQueue(), ctx.Queue()
@@ -133,7 +134,7 @@ def handoff_table(sizes: Sequence[int], repeats: int = 3, mode: str = "touch") -
     positive_int("repeats", repeats)
     for nbytes in sizes:
         positive_int("nbytes", nbytes, minimum=4)
-    plain, torchq = mp.get_context(), _ctx()
+    plain, torchq = default_context(), _ctx()
     queues = {"numpy": (plain.Queue(), plain.Queue()), "torch": (torchq.Queue(), torchq.Queue())}
     children = [
         plain.Process(target=_consume, args=(*queues["numpy"], mode)),
@@ -445,7 +446,7 @@ def count_with_value(use_lock: bool, workers: int = 4, times: int = 10_000) -> i
     """Workers increment one shared `mp.Value` `times` times each, starting together on a Barrier."""
     positive_int("workers", workers)
     positive_int("times", times)
-    ctx = mp.get_context()
+    ctx = default_context()
     counter = ctx.Value("i", 0)
     barrier = ctx.Barrier(workers)
     procs = [ctx.Process(target=_increment, args=(counter, barrier, times, use_lock)) for _ in range(workers)]
@@ -525,7 +526,7 @@ def collect_from_producer(collect: Any, nbytes: int = 8 * 2**20) -> str:
     it and leave the process joined. Run under the watchdog (a wrong order hangs)."""
     if not callable(collect):
         raise TypeError(f"collect must be a function (queue, process) -> item, got {type(collect).__name__}")
-    ctx = mp.get_context()
+    ctx = default_context()
     queue = ctx.Queue()
     child = ctx.Process(target=_put_one, args=(queue, "numpy", nbytes))
     with running([child], timeout=5):
@@ -597,7 +598,7 @@ def _fill_slot(array: Any, rank: int) -> None:
 def fill_array(workers: int = 2) -> list[float]:
     """Each of `workers` processes writes into its own slot of one shared `mp.Array`."""
     positive_int("workers", workers)
-    ctx = mp.get_context()
+    ctx = default_context()
     array = ctx.Array("d", workers)
     procs = [ctx.Process(target=_fill_slot, args=(array, rank)) for rank in range(workers)]
     with running(procs, timeout=_WAIT):

@@ -41,6 +41,7 @@ from typing import Any
 
 import psutil
 
+from helpers.environment import default_start_method
 from helpers.errors import clean, error_line
 
 __all__ = ["Outcome", "run", "run_script"]
@@ -585,7 +586,7 @@ def run(
     methods = mp.get_all_start_methods()
     if start_method is not None and start_method not in methods:
         raise ValueError(f"start_method must be one of {methods} on this platform, got {start_method!r}")
-    ctx = mp.get_context(start_method)
+    ctx = mp.get_context(start_method or default_start_method())
     forked = ctx.get_start_method() == "fork"
     if forked:
         payload: Any = (target, args, kwargs)  # fork copies the objects; even lambdas work

@@ -1,0 +1,196 @@
+"""How busy the machine was while we timed something, and how to read a measured ratio against its limit.
+
+A speed-up measured on a laptop with a browser and a video call open is not the speed-up of an idle
+machine. Every timing cell and every bench figure therefore measures, beside its own times, how much CPU
+*other* processes used just before and during the run, and prints a reading of its ratio that names
+that load when it explains the result. Nothing here imports torch: spawned children stay cheap.
+
+    with timing.measure_load() as load:
+        ratio = run_experiment()
+    print(timing.read_ratio("2 processes", ratio, limit=2, load=load.result))
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import TracebackType
+
+import psutil
+
+from helpers.environment import usable_cores
+
+__all__ = ["Load", "measure_load", "other_cpu", "read_ratio", "Spread", "spread", "DISTURBED_CORES"]
+
+# Other processes using this many cores' worth of CPU (or more) during a run make it "disturbed": on a
+# 2-core machine that is a sixth of the machine, enough to move a speed-up by tenths.
+DISTURBED_CORES = 0.3
+
+
+def _busy_core_seconds() -> float:
+    """CPU time the whole machine spent not idle, in core-seconds (steal counts: the hypervisor gave our
+    cores to someone else)."""
+    t = psutil.cpu_times()
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    guest = getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)  # already inside user/nice on Linux
+    return sum(t) - idle - guest
+
+
+def _own_core_seconds() -> float:
+    """CPU time of this process and every live descendant, including the children they have reaped."""
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:  # ended between listing and reading: its time arrives with its reaper
+            continue
+        total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    return total
+
+
+def _snapshot() -> tuple[float, float, float]:
+    return time.monotonic(), _busy_core_seconds(), _own_core_seconds()
+
+
+def _others_between(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """Cores' worth of CPU used by processes outside our tree between two snapshots."""
+    wall = b[0] - a[0]
+    if wall <= 0:
+        return 0.0
+    return max(0.0, ((b[1] - a[1]) - (b[2] - a[2])) / wall)
+
+
+def other_cpu(seconds: float = 0.25) -> float:
+    """Cores' worth of CPU that other processes use right now, sampled over `seconds`."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
+        raise ValueError(f"seconds must be a positive number, got {seconds!r}")
+    a = _snapshot()
+    time.sleep(seconds)
+    return _others_between(a, _snapshot())
+
+
+@dataclass(frozen=True)
+class Load:
+    """What other processes did to the machine around one timed run."""
+
+    before: float  # cores' worth of CPU used by others in a short probe just before the run
+    during: float  # ... during the run
+    cores: int  # usable cores of this process
+    seconds: float  # length of the run
+
+    @property
+    def disturbed(self) -> bool:
+        return max(self.before, self.during) >= DISTURBED_CORES
+
+    def summary(self) -> str:
+        """One line, e.g. 'machine load: other programs used 1.0 of 2 cores during the run: disturbed'."""
+        verdict = "disturbed, the times are slower than this machine can do" if self.disturbed else "undisturbed"
+        return (
+            f"machine load: other programs used {self.during:.1f} of {self.cores} cores during the run "
+            f"({self.before:.1f} just before): {verdict}"
+        )
+
+    def as_dict(self) -> dict[str, float | int | bool]:
+        return {
+            "other_cores_before": round(self.before, 2),
+            "other_cores_during": round(self.during, 2),
+            "usable_cores": self.cores,
+            "seconds": round(self.seconds, 2),
+            "disturbed": self.disturbed,
+        }
+
+
+class measure_load:  # noqa: N801 - used as a context manager, like contextlib's lower-case helpers
+    """Context manager that measures the other processes' CPU use before and during its block.
+
+    The probe before the block sleeps `probe` seconds; after the block `.result` holds the `Load`.
+    """
+
+    def __init__(self, probe: float = 0.2) -> None:
+        if not isinstance(probe, (int, float)) or isinstance(probe, bool) or probe < 0:
+            raise ValueError(f"probe must be a number of seconds >= 0, got {probe!r}")
+        self.probe = float(probe)
+        self.result: Load | None = None
+        self._before = 0.0
+        self._start: tuple[float, float, float] | None = None
+
+    def __enter__(self) -> measure_load:
+        if self.probe > 0:
+            self._before = other_cpu(self.probe)
+        self._start = _snapshot()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._start is not None
+        end = _snapshot()
+        self.result = Load(
+            before=self._before,
+            during=_others_between(self._start, end),
+            cores=usable_cores(),
+            seconds=end[0] - self._start[0],
+        )
+
+
+def read_ratio(label: str, ratio: float, limit: float | None, load: Load | None = None, *, unit: str = "x") -> str:
+    """The learner's reading of one measured ratio against its physical limit, in one or two sentences.
+
+    E.g. '2 processes: 1.1x of a possible 2x. Far below the limit: other programs used 1.0 of 2 cores
+    during the run; re-run when the machine is idle.'
+    """
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str, got {type(label).__name__}")
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not math.isfinite(ratio) or ratio < 0:
+        raise ValueError(f"ratio must be a finite number >= 0, got {ratio!r}")
+    if limit is not None and (not isinstance(limit, (int, float)) or isinstance(limit, bool) or not limit > 0):
+        raise ValueError(f"limit must be a positive number or None, got {limit!r}")
+    head = f"{label}: {ratio:.2f}{unit}" + ("" if limit is None else f" of a possible {limit:g}{unit}")
+    busy = load is not None and load.disturbed
+    why_busy = (
+        f"other programs used {load.during:.1f} of {load.cores} cores during the run; re-run when the machine is idle"
+        if busy
+        else ""
+    )
+    if limit is not None and ratio > 1.05 * limit:
+        reading = "Above the physical limit: the baseline did work that the parallel run skipped (see the text)"
+    elif limit is not None and ratio >= 0.75 * limit:
+        reading = "Close to the limit"
+    elif ratio > 1.1:
+        cause = why_busy or "start-up, communication or a part that runs in one process cost the rest"
+        reading = f"A real gain, but below the limit: {cause}"
+    elif ratio >= 0.9:
+        reading = "No gain: the two are within noise of each other" + (f" ({why_busy})" if busy else "")
+    else:
+        reading = "Slower than the baseline" + (f" ({why_busy})" if busy else "")
+    return f"{head}. {reading}."
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of repeated measurements and their range."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    def __str__(self) -> str:
+        return f"{self.median:.3g} (range {self.low:.3g}-{self.high:.3g} over {self.n} runs)"
+
+    @property
+    def relative_range(self) -> float:
+        """(high - low) / median: 0.1 means the runs agree within 10 %."""
+        return (self.high - self.low) / self.median if self.median else math.inf
+
+
+def spread(values: Iterable[float]) -> Spread:
+    """Median and range of repeated runs: one run on a shared machine is noise, several are a measurement."""
+    vals = [float(v) for v in values]
+    if not vals:
+        raise ValueError("values must hold at least one measurement")
+    return Spread(statistics.median(vals), min(vals), max(vals), len(vals))

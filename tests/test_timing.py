@@ -1,0 +1,89 @@
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import timing
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_own_work_does_not_count_as_load():
+    with timing.measure_load(probe=0.1) as meter:
+        _spin(0.5)
+    load = meter.result
+    assert load is not None and load.seconds >= 0.5
+    assert load.during < 0.5  # our own busy loop is not "other programs"
+
+
+_MEASURE = """
+import time
+from helpers import timing
+with timing.measure_load(probe=0.3) as meter:
+    time.sleep(1.0)
+print(meter.result.before, meter.result.during)
+"""
+
+
+def test_a_busy_loop_outside_the_measuring_tree_is_seen():
+    """A sibling process spinning on one core is 'other programs' to a process measuring its own run."""
+    code = "import time\nt = time.monotonic() + 4\nwhile time.monotonic() < t: pass"
+    busy = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(0.2)
+        done = subprocess.run([sys.executable, "-c", _MEASURE], capture_output=True, text=True, timeout=60)
+        before, during = map(float, done.stdout.split())
+        assert before > 0.6 and during > 0.6, done.stdout
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def test_load_summary_and_dict():
+    quiet = timing.Load(before=0.0, during=0.1, cores=2, seconds=1.0)
+    busy = timing.Load(before=1.0, during=1.9, cores=2, seconds=1.0)
+    assert not quiet.disturbed and busy.disturbed
+    assert "undisturbed" in quiet.summary() and "disturbed" in busy.summary()
+    assert busy.as_dict()["disturbed"] is True
+
+
+@pytest.mark.parametrize(
+    ("ratio", "expected"),
+    [(2.5, "Above the physical limit"), (1.8, "Close to the limit"), (1.3, "A real gain"), (1.0, "No gain"),
+     (0.5, "Slower")],
+)
+def test_read_ratio_readings(ratio, expected):
+    assert expected in timing.read_ratio("2 processes", ratio, 2)
+
+
+def test_read_ratio_names_the_load_when_disturbed():
+    busy = timing.Load(before=1.0, during=1.2, cores=2, seconds=1.0)
+    text = timing.read_ratio("2 processes", 1.1, 2, busy)
+    assert text.startswith("2 processes: 1.10x of a possible 2x.")
+    assert "other programs used 1.2 of 2 cores" in text
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="ratio"):
+        timing.read_ratio("x", float("nan"), 2)
+    with pytest.raises(ValueError, match="limit"):
+        timing.read_ratio("x", 1.0, 0)
+    with pytest.raises(TypeError, match="label"):
+        timing.read_ratio(3, 1.0, 2)
+    with pytest.raises(ValueError, match="probe"):
+        timing.measure_load(probe=-1)
+    with pytest.raises(ValueError, match="seconds"):
+        timing.other_cpu(0)
+    with pytest.raises(ValueError, match="at least one"):
+        timing.spread([])
+
+
+def test_spread():
+    s = timing.spread([3.0, 1.0, 2.0])
+    assert (s.median, s.low, s.high, s.n) == (2.0, 1.0, 3.0, 3)
+    assert "over 3 runs" in str(s)
