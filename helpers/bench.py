@@ -5,6 +5,12 @@ or CI machine mean little), with the physical limit it is compared to and, where
 the floor it must reach. Processes are timed from a barrier after they started; start-up is reported
 beside the ratio. The notebooks call the same functions with smaller sizes for their plots.
 
+Every figure is measured together with the machine's load (`helpers.timing`): other processes' CPU use
+before and during it, and whether that disturbed it. A figure that cannot be measured (a worker that
+misses its time budget on a very busy machine, a start method the platform lacks) is reported as not
+measured, with the reason; the bench itself never fails on a busy machine, and exits non-zero only with
+`--check`.
+
 Add a figure by writing a function that returns a `Figure` and registering it in `FIGURES`.
 """
 
@@ -20,8 +26,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tqdm import tqdm
+
 from helpers import orientation
 from helpers.environment import default_start_method, usable_cores
+from helpers.errors import short_error
+from helpers.timing import measure_load, read_ratio
 
 __all__ = [
     "Figure",
@@ -38,20 +48,43 @@ __all__ = [
 
 @dataclass
 class Figure:
-    """One measured ratio. `floor` is the minimum a chapter promises on an idle machine, if any."""
+    """One measured ratio. `floor` is the minimum a chapter promises on an idle machine, if any.
 
-    ratio: float
+    `ratio` is None when the figure could not be measured; `reason` then says why. `load` is the
+    machine's load around the measurement (`helpers.timing.Load.as_dict()`), filled in by `measure()`.
+    """
+
+    ratio: float | None
     limit: float | None
     what: str
     floor: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
     conditions: dict[str, bool] = field(default_factory=dict)  # what must hold besides the ratio
+    reason: str | None = None
+    load: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> bool:
+        return self.ratio is not None
 
     @property
     def meets_floor(self) -> bool | None:
-        if self.floor is None and not self.conditions:
+        if self.ratio is None or (self.floor is None and not self.conditions):
             return None
         return (self.floor is None or self.ratio >= self.floor) and all(self.conditions.values())
+
+    def reading(self) -> str:
+        """The figure read against its limit (helpers.timing.read_ratio), or why it is missing."""
+        if self.ratio is None:
+            return f"not measured: {self.reason}"
+        disturbed = bool(self.load.get("disturbed"))
+        text = read_ratio("ratio", self.ratio, self.limit)
+        if disturbed:
+            text += (
+                f" Disturbed: other programs used {self.load['other_cores_during']:.1f} of "
+                f"{self.load['usable_cores']} cores during it."
+            )
+        return text
 
 
 def threads_vs_processes(n: int = 2_000_000, rounds: int = 5) -> Figure:
@@ -325,29 +358,51 @@ FIGURES: dict[str, Callable[[], Figure]] = {
 }
 
 
+def measure(name: str) -> Figure:
+    """Run one registered figure with the machine's load measured around it; never raises for a figure
+    that fails to measure (a time budget missed under load, a missing start method): it is returned as
+    not measured, with the reason."""
+    if name not in FIGURES:
+        raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
+    meter = measure_load()
+    try:
+        with meter:
+            fig = FIGURES[name]()
+    except Exception as exc:  # noqa: BLE001 - a figure that cannot be measured is reported, not fatal
+        summary = " ".join((FIGURES[name].__doc__ or name).split()).split(". ")[0].rstrip(".")
+        fig = Figure(ratio=None, limit=None, what=summary, reason=short_error(exc))
+    if meter.result is not None:
+        fig.load = meter.result.as_dict()
+    return fig
+
+
 def _table(results: dict[str, Figure]) -> str:
-    rows = [("figure", "ratio", "limit", "floor", "ok", "what")]
+    rows = [("figure", "ratio", "limit", "floor", "ok", "load", "what")]
     for name, fig in results.items():
         ok = {None: "-", True: "yes", False: "NO"}[fig.meets_floor]
+        busy = fig.load.get("other_cores_during")
+        load = "-" if busy is None else f"{busy:.1f}" + (" busy" if fig.load.get("disturbed") else "")
         rows.append(
             (
                 name,
-                f"{fig.ratio:.2f}",
+                "n/a" if fig.ratio is None else f"{fig.ratio:.2f}",
                 "-" if fig.limit is None else f"{fig.limit:g}",
                 "-" if fig.floor is None else f"{fig.floor:.2f}",
                 ok,
+                load,
                 fig.what,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True)) + "  " + row[5]
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:6], widths, strict=True)) + "  " + row[6]
         for row in rows
     ]
+    lines.append("(load: cores' worth of CPU that other programs used during the figure; 'busy' = disturbed)")
     for name, fig in results.items():
         shown = {**fig.details, **fig.conditions}
         details = ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
-        lines.append(f"  {name}: {details}")
+        lines.append(f"  {name}: {fig.reading()}" + (f" [{details}]" if details else ""))
     return "\n".join(lines)
 
 
@@ -356,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"figures to run (default: all): {', '.join(FIGURES)}")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--list", action="store_true", help="list the figures and exit")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a figure misses its floor")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a figure misses its floor or could not be measured"
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name, fn in FIGURES.items():
@@ -370,16 +427,31 @@ def main(argv: list[str] | None = None) -> int:
     context = f"start method: {default_start_method()}, usable cores: {usable_cores()}"
     print(f"helpers.bench: {context}", file=sys.stderr)
     results = {}
-    for name in names:
-        print(f"  running {name} ...", file=sys.stderr, flush=True)
-        results[name] = FIGURES[name]()
+    for name in tqdm(names, desc="figures", unit="figure", file=sys.stderr, disable=len(names) < 2):
+        results[name] = measure(name)
     if args.json:
-        payload = {name: {**asdict(fig), "meets_floor": fig.meets_floor} for name, fig in results.items()}
+        payload = {
+            name: {**asdict(fig), "measured": fig.measured, "meets_floor": fig.meets_floor, "reading": fig.reading()}
+            for name, fig in results.items()
+        }
+        payload["_run"] = {
+            "start_method": default_start_method(),
+            "usable_cores": usable_cores(),
+            "disturbed": any(fig.load.get("disturbed") for fig in results.values()),
+            "not_measured": [name for name, fig in results.items() if not fig.measured],
+        }
         print(json.dumps(payload, indent=2))
     else:
         print(_table(results))
-    missed = [name for name, fig in results.items() if fig.meets_floor is False]
-    return 1 if args.check and missed else 0
+    disturbed = [name for name, fig in results.items() if fig.load.get("disturbed")]
+    if disturbed:
+        print(
+            f"helpers.bench: the machine was busy during {', '.join(disturbed)}: those ratios are lower than "
+            "this machine can do when idle; re-run them when it is idle.",
+            file=sys.stderr,
+        )
+    failed = [name for name, fig in results.items() if fig.meets_floor is False or not fig.measured]
+    return 1 if args.check and failed else 0
 
 
 if __name__ == "__main__":

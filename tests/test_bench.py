@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from helpers import bench
+from helpers import bench, timing
 
 
 def test_figures_are_ratios_with_limits():
@@ -96,3 +96,40 @@ def test_ring_allreduce_figure_has_no_floor():
 def test_distributed_figures_are_registered():
     assert bench.FIGURES["ddp_speedup"] is bench.ddp_speedup
     assert bench.FIGURES["ring_allreduce"] is bench.ring_allreduce
+
+
+def test_a_figure_that_cannot_be_measured_is_reported_not_fatal(monkeypatch, capsys):
+    def too_slow() -> bench.Figure:
+        """A figure whose workers miss their budget. More text."""
+        raise TimeoutError("a worker was still running after 60 s (/tmp/x 1234)")
+
+    fake = bench.Figure(ratio=1.9, limit=2.0, what="fine", floor=1.5)
+    monkeypatch.setattr(bench, "FIGURES", {"slow": too_slow, "fine": lambda: fake})
+    assert bench.main(["--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["slow"]["ratio"] is None and payload["slow"]["measured"] is False
+    assert payload["slow"]["reason"].startswith("TimeoutError: a worker was still running after 60 s")
+    assert payload["slow"]["what"] == "A figure whose workers miss their budget"
+    assert payload["fine"]["measured"] is True and payload["fine"]["meets_floor"] is True
+    assert payload["_run"]["not_measured"] == ["slow"]
+    assert {"other_cores_during", "disturbed", "usable_cores"} <= set(payload["fine"]["load"])
+    assert bench.main(["--check"]) == 1  # a figure that could not be measured fails --check
+    out = capsys.readouterr().out
+    assert "not measured: TimeoutError" in out and "n/a" in out
+
+
+def test_measure_rejects_unknown_names():
+    with pytest.raises(ValueError, match="unknown figure"):
+        bench.measure("nope")
+
+
+def test_a_disturbed_figure_says_so(monkeypatch, capsys):
+    fake = bench.Figure(ratio=1.1, limit=2.0, what="fake", floor=1.5)
+    monkeypatch.setattr(bench, "FIGURES", {"fake": lambda: fake})
+    busy = timing.Load(before=1.0, during=1.0, cores=2, seconds=1.0)
+    monkeypatch.setattr(timing.measure_load, "__exit__", lambda self, *a: setattr(self, "result", busy))
+    monkeypatch.setattr(bench, "measure_load", lambda: timing.measure_load(probe=0))
+    assert bench.main([]) == 0
+    captured = capsys.readouterr()
+    assert "1.0 busy" in captured.out and "Disturbed: other programs used 1.0 of 2 cores" in captured.out
+    assert "the machine was busy during fake" in captured.err
