@@ -54,8 +54,13 @@ def test_load_summary_and_dict():
 
 @pytest.mark.parametrize(
     ("ratio", "expected"),
-    [(2.5, "Above the physical limit"), (1.8, "Close to the limit"), (1.3, "A real gain"), (1.0, "No gain"),
-     (0.5, "Slower")],
+    [
+        (2.5, "Above the physical limit"),
+        (1.8, "Close to the limit"),
+        (1.3, "A real gain"),
+        (1.0, "No gain"),
+        (0.5, "Slower"),
+    ],
 )
 def test_read_ratio_readings(ratio, expected):
     assert expected in timing.read_ratio("2 processes", ratio, 2)
