@@ -1,39 +1,57 @@
-# Two commands for people (`make lab`, `make test`) and two for maintainers (`make notebooks`, `make lint`).
-# Every target first makes sure .venv exists and matches requirements.txt and pyproject.toml; it is only
-# rebuilt when one of them changed since the last install.
+# Two commands for people (`make lab`, `make test`) and a few for maintainers (`make notebooks`, `make lint`,
+# `make test-under-load`). Every target first makes sure .venv exists and matches requirements.txt and
+# pyproject.toml; it is only rebuilt when one of them changed since the last install.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LAB_ARGS ?=
+# torch: on Linux x86_64 the CPU build from PyTorch's CPU index (PyPI's default there is a CUDA build of
+# several GB). TORCH_BUILD=default takes PyPI's build instead, e.g. `make lab TORCH_BUILD=default` on a
+# machine with an NVIDIA GPU (delete .venv first if it already exists).
+TORCH_BUILD ?= cpu
+export TORCH_BUILD
+# JupyterLab refuses to start as root ("Running as root is not recommended"), the usual user in containers
+# and cloud notebooks: there `make lab` adds --allow-root by itself. A variable of its own, so that
+# `make lab LAB_ARGS=...` keeps it.
+USER_ID   ?= $(shell id -u)
+ROOT_ARGS ?= $(if $(filter 0,$(USER_ID)),--allow-root)
 
-.PHONY: lab test notebooks lint setup clean
+.PHONY: lab test test-under-load notebooks lint setup clean
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml tools/install_torch.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python tools/install_torch.py
 	$(BIN)/python -m pip install --disable-pip-version-check -r requirements.txt
 	$(BIN)/python -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e . \
 	  || $(BIN)/python -m pip install --disable-pip-version-check --no-deps -e .
 	@touch $(STAMP)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)
+	@if [ -n "$(ROOT_ARGS)" ]; then echo "make lab: running as root, so JupyterLab is started with $(ROOT_ARGS)"; fi
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(ROOT_ARGS) $(LAB_ARGS)
 
-# 1) unit tests, hygiene tests and every notebook under the platform's default start method;
-# 2) the notebooks again with spawn forced as the default (as on macOS and Windows).
+# Unit tests, hygiene and lint plus every notebook under the platform's default start method, then the
+# notebooks with spawn (macOS, Windows) and with forkserver (Linux from Python 3.14) as the default:
+# side by side where each pass can get a /dev/shm of its own, else one after another (tests/passes.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest --nbval
-	PYTHONPATH=$(CURDIR)/tests/force_spawn $(BIN)/python -m pytest --nbval notebooks
+	$(BIN)/python tests/passes.py
+
+# The notebooks under strict nbval with a busy loop on every usable core: no checked output may depend on
+# an idle machine.
+test-under-load: $(STAMP)
+	$(BIN)/python tests/passes.py --under-load
 
 # Re-execute every notebook top to bottom and store its outputs (run after changing a notebook or helpers).
 notebooks: $(STAMP)
 	$(BIN)/python -m helpers.regenerate
 
 lint: $(STAMP)
-	$(BIN)/ruff check helpers tests
+	$(BIN)/ruff check helpers tests tools conftest.py
+	$(BIN)/ruff format --check helpers tests tools conftest.py
 	$(BIN)/nbqa ruff notebooks
 
 clean:

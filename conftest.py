@@ -1,5 +1,5 @@
 """Session-wide process hygiene: after all tests and notebooks, nothing they started may still run, and
-nothing new may be left in /dev/shm.
+nothing new may be left in /dev/shm or in the temporary folder.
 
 It lives at the repository root so that it also runs for `pytest --nbval notebooks` (the spawn pass of
 `make test`): pytest only loads a conftest.py from the directories of the collected paths and their parents.
@@ -15,7 +15,9 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +38,17 @@ def _become_subreaper() -> None:
 
 def _shm_files() -> set[str]:
     return {p.name for p in _SHM.iterdir()} if _SHM.is_dir() else set()
+
+
+# pytest keeps its own `tmp_path` folders (the last three sessions) under the temporary folder on purpose.
+_TMP_OWNED_BY_PYTEST = re.compile(r"^pytest-of-")
+
+
+def _tmp_entries() -> set[str]:
+    """Names in the temporary folder (TMPDIR, else /tmp): what multiprocessing (`pymp-*`), torch
+    (`pytorch-errorfile-*`, `torchelastic_*`, `torchinductor_*`) and kernels create there."""
+    folder = Path(tempfile.gettempdir())
+    return {p.name for p in folder.iterdir() if not _TMP_OWNED_BY_PYTEST.match(p.name)} if folder.is_dir() else set()
 
 
 def _reap_zombies() -> None:
@@ -72,27 +85,34 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _become_subreaper()
     session.config._shm_before = _shm_files()  # type: ignore[attr-defined]
     session.config._shm_made_by = {}  # type: ignore[attr-defined]
+    session.config._tmp_before = _tmp_entries()  # type: ignore[attr-defined]
+    session.config._tmp_made_by = {}  # type: ignore[attr-defined]
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Note which test (or notebook cell) a /dev/shm name first appeared during, so that a leak found at
-    the end of the session names its likely origin instead of just a random file name."""
-    before = _shm_files()
+    """Note which test (or notebook cell) a /dev/shm or temporary-folder name first appeared during, so
+    that a leak found at the end of the session names its likely origin instead of just a random name."""
+    before, tmp_before = _shm_files(), _tmp_entries()
     yield
     made_by = item.config._shm_made_by  # type: ignore[attr-defined]
     for name in _shm_files() - before:
         made_by.setdefault(name, item.nodeid)
+    tmp_made_by = item.config._tmp_made_by  # type: ignore[attr-defined]
+    for name in _tmp_entries() - tmp_before:
+        tmp_made_by.setdefault(name, item.nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     before = session.config._shm_before  # type: ignore[attr-defined]
+    tmp_before = session.config._tmp_before  # type: ignore[attr-defined]
     deadline = time.monotonic() + _GRACE
     while True:
         _reap_zombies()
         leaked = _alive_descendants()
         new_shm = sorted(_shm_files() - before)
-        if (not leaked and not new_shm) or time.monotonic() > deadline:
+        new_tmp = sorted(_tmp_entries() - tmp_before)
+        if (not leaked and not new_shm and not new_tmp) or time.monotonic() > deadline:
             break
         time.sleep(0.25)
     problems = []
@@ -102,6 +122,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     made_by = session.config._shm_made_by  # type: ignore[attr-defined]
     problems += [
         f"file left in /dev/shm: {name} (appeared during {made_by.get(name, 'no single test')})" for name in new_shm
+    ]
+    tmp_made_by = session.config._tmp_made_by  # type: ignore[attr-defined]
+    folder = tempfile.gettempdir()
+    problems += [
+        f"left in the temporary folder {folder}: {name} (appeared during {tmp_made_by.get(name, 'no single test')})"
+        for name in new_tmp
     ]
     if problems:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
