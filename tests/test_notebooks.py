@@ -104,3 +104,45 @@ def test_checked_outputs_carry_no_machine_paths(path):
         text = json.dumps(cell.get("outputs", []))
         for pattern in (r"/tmp/ipykernel_\d+", r"site-packages", r"/home/\w+", r"/work/"):
             assert not re.search(pattern, text), f"code cell {i} prints a machine-specific path ({pattern})"
+
+
+def _bound_names(source: str) -> set[str]:
+    """Names a cell binds at its top level by assignment, def or class (imports are left out: a solution
+    that imports a module binds nothing the learner wrote)."""
+    import ast
+
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    tree = ast.parse("\n".join(lines))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            if isinstance(node, ast.With):
+                targets = [item.optional_vars for item in node.items]
+            for target in filter(None, targets):
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def _is_solution(cell: dict) -> bool:
+    return cell["cell_type"] == "code" and _source(cell).lstrip().startswith("# Solution")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_solutions_never_overwrite_the_learners_names(path):
+    """A solution defines `solution_*` names only, so opening it never replaces the learner's own answer;
+    and no other cell uses a `solution_*` name, so a learner who never opens a solution loses nothing."""
+    import ast
+
+    for i, cell in enumerate(c for c in _load(path)["cells"] if c["cell_type"] == "code"):
+        source = _source(cell)
+        if _is_solution(cell):
+            bad = sorted(n for n in _bound_names(source) if not n.startswith(("solution_", "_")))
+            assert not bad, f"code cell {i} (a solution) binds {bad}: name them solution_*"
+        else:
+            lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+            used = {n.id for n in ast.walk(ast.parse("\n".join(lines))) if isinstance(n, ast.Name)}
+            borrowed = sorted(n for n in used if n.startswith("solution_"))
+            assert not borrowed, f"code cell {i} uses {borrowed}, defined only in a collapsed solution"
