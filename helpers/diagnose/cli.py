@@ -178,6 +178,8 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
         _say(f"diagnose: error: cannot run {command[0]!r}: {exc.strerror or exc}")
         return USAGE_ERROR
     code = tree.wait(run_, time.monotonic() + timeout, stop)
+    if code is None and not interrupted.is_set():
+        code = run_.proc.poll()  # it may have ended just at the deadline
     shown = shlex.join(command)
     if code is not None:
         procs = stacks.describe([p for p in run_.processes()])

@@ -476,6 +476,13 @@ def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
                        f"others and exited with code {code}", evidence,
                        "Read that rank's traceback above (decorate main with @record for an error file); run one rank "
                        "alone to debug.", SECTIONS["ranks"], 3)
+    caught = re.search(r"Caught \w+ in DataLoader worker process \d+", text)
+    if caught:
+        evidence += [f"stderr: {caught.group(0)}", f"stderr, its last line: {error}"]
+        return Finding(f"a DataLoader worker raised, and {who} exited with code {code}: the worker's own traceback "
+                       "is in the message above", evidence,
+                       "Fix the bug in your dataset's __getitem__ (or collate_fn); rerun with num_workers=0 to get a "
+                       "plain traceback with the real frame on top.", SECTIONS["worker"], 3)
     shm = full_shm(facts)
     if shm is not None and shm.score == 3:
         shm.cause = f"{who} exited with code {code}: {shm.cause}"

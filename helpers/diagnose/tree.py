@@ -121,7 +121,7 @@ def start(command: list[str], env: dict[str, str]) -> Tree:
     read_end, write_end = os.pipe()
     stdin = subprocess.DEVNULL if sys.stdin is None or os.isatty(0) else None
     try:
-        proc = subprocess.Popen(command, env=env, stdin=stdin, stderr=write_end, process_group=0)
+        proc = subprocess.Popen(command, env=env, stdin=stdin, stderr=write_end, preexec_fn=os.setpgrp)  # noqa: PLW1509
     finally:
         os.close(write_end)
     tree = Tree(proc=proc, started=time.monotonic())

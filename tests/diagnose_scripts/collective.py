@@ -4,6 +4,7 @@ Two ranks forked by torch.multiprocessing.start_processes (what spawn uses), on 
 store listens on 127.0.0.1 only (a socket bound by us, as helpers.pitfalls.loopback_store does)."""
 
 import datetime
+import os
 import socket
 import time
 
@@ -25,6 +26,7 @@ def run(rank: int, port: int, fd: int) -> None:
 
 
 if __name__ == "__main__":
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # gloo would listen on the host name's address
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
