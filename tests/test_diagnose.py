@@ -66,12 +66,21 @@ def assert_cause(done: subprocess.CompletedProcess, cause: str, section: str) ->
 
 @pytest.mark.parametrize(
     "args",
-    [[], ["--"], ["--timeout", "-1", "--", "true"], ["--timeout", "soon", "--", "true"], ["--timeout"],
-     ["--", "no-such-command-here"], ["--timeout", "nan", "--", "true"], ["--bogus", "--", "true"]],
+    [
+        [],
+        ["--"],
+        ["--timeout", "-1", "--", "true"],
+        ["--timeout", "soon", "--", "true"],
+        ["--timeout"],
+        ["--", "no-such-command-here"],
+        ["--timeout", "nan", "--", "true"],
+        ["--bogus", "--", "true"],
+    ],
 )
 def test_bad_usage_is_one_line_and_exit_code_2(args: list[str]) -> None:
-    done = subprocess.run([sys.executable, "-m", "helpers.diagnose", *args], capture_output=True, text=True,
-                          timeout=30, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "helpers.diagnose", *args], capture_output=True, text=True, timeout=30, cwd=ROOT
+    )
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("diagnose: error: "), done.stderr
@@ -172,11 +181,25 @@ def test_a_worker_traceback_names_the_worker() -> None:
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
 def test_a_full_dev_shm() -> None:
     """In a private 64 MB /dev/shm (a user and mount namespace of its own, as notebook 06 does)."""
-    inner = [sys.executable, "-m", "helpers.diagnose", "--timeout", "60", "--", sys.executable,
-             str(SCRIPTS / "shm_full.py")]
+    inner = [
+        sys.executable,
+        "-m",
+        "helpers.diagnose",
+        "--timeout",
+        "60",
+        "--",
+        sys.executable,
+        str(SCRIPTS / "shm_full.py"),
+    ]
     shell = 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$@"'
-    done = subprocess.run(["unshare", "-Urm", "sh", "-c", shell, "sh", *inner], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        ["unshare", "-Urm", "sh", "-c", shell, "sh", *inner],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
     if "mount" in done.stderr[:200] or "unshare" in done.stderr[:200]:
         pytest.skip(f"no private /dev/shm here: {done.stderr.strip()[:120]}")
     assert done.returncode == 1

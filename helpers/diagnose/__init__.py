@@ -5,7 +5,8 @@ hangs or dies, say why and where the course explains it.
   churn of its pids; killing all of it (the resource tracker last) and removing what it left.
 * `stacks`: each process's stacks (py-spy, or faulthandler files armed by `helpers/diagnose_site`)
   and its role.
-* `patterns`: the hangs and deaths of notebook 06 (and 01, 02, 04, 05) as rules over the evidence.
+* `patterns`: the hangs of notebook 06 (and 01, 05) as rules over the evidence; `deaths`: a process that
+  died (a signal, an exit code, a worker's traceback).
 * `cli`: the command line and the report.
 """
 

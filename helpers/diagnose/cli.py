@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from helpers.diagnose import patterns, stacks, tree
+from helpers.diagnose import deaths, patterns, stacks, tree
 from helpers.diagnose.patterns import Facts, Finding
 
 USAGE = "usage: python -m helpers.diagnose [--timeout S] [--no-py-spy] -- COMMAND ..."
@@ -114,9 +114,11 @@ def _report(headline: str, procs: list[stacks.Proc], findings: list[Finding], sp
         for other in findings[1:]:
             lines.append(f"also possible: {other.cause} (read: {other.section})")
     else:
-        lines += ["most likely cause: unknown: the stacks match none of the hangs the course teaches.",
-                  "Read the stacks below from the innermost frame: what does each process wait for?",
-                  f"read: {patterns.SECTIONS['kit']}, and the table of section 11"]
+        lines += [
+            "most likely cause: unknown: the stacks match none of the hangs the course teaches.",
+            "Read the stacks below from the innermost frame: what does each process wait for?",
+            f"read: {patterns.SECTIONS['kit']}, and the table of section 11",
+        ]
     lines += ["", "stacks (innermost frame first):"]
     for proc in procs:
         lines += _stack_block(proc)
@@ -137,8 +139,10 @@ def _take_stacks(run: tree.Tree, folder: Path, use_spy: bool) -> tuple[list[stac
         stacks.take_with_py_spy(procs, spy, run.helpers.add)
         failed = [p for p in procs if p.note.startswith("py-spy could not attach")]
         if failed:
-            note = (f"py-spy could not attach to {len(failed)} process(es) ({failed[0].note.split(': ', 1)[1]}); "
-                    "their stacks come from the faulthandler files armed at start")
+            note = (
+                f"py-spy could not attach to {len(failed)} process(es) ({failed[0].note.split(': ', 1)[1]}); "
+                "their stacks come from the faulthandler files armed at start"
+            )
     stacks.take_with_faulthandler([p for p in procs if not p.threads], folder)
     stacks.assign_roles(procs, run.pid)
     return procs, note
@@ -187,15 +191,26 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
         if code != 0:
             stacks.assign_roles(procs, run_.pid)
             facts = Facts(procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free())
-            finding = patterns.diagnose_death(code, facts, stacks.fatal_reports(folder))
-            how = f"died of {patterns.signal_name(-code)}" if code < 0 else f"exited with code {code}"
-            _say("\n".join([
-                "", f"diagnose: `{shown}` {how} after {time.monotonic() - run_.started:.1f} s",
-                f"what happened: {finding.cause}", "evidence:", *[f"  {e}" for e in finding.evidence],
-                f"fix: {finding.fix}", f"read: {finding.section}"]))
+            finding = deaths.diagnose_death(code, facts, stacks.fatal_reports(folder))
+            how = f"died of {deaths.signal_name(-code)}" if code < 0 else f"exited with code {code}"
+            _say(
+                "\n".join(
+                    [
+                        "",
+                        f"diagnose: `{shown}` {how} after {time.monotonic() - run_.started:.1f} s",
+                        f"what happened: {finding.cause}",
+                        "evidence:",
+                        *[f"  {e}" for e in finding.evidence],
+                        f"fix: {finding.fix}",
+                        f"read: {finding.section}",
+                    ]
+                )
+            )
         if left:
-            _say(f"diagnose: `{shown}` ended but left {len(left)} process(es) running; killed: "
-                 + ", ".join(f"pid {s.pid} ({shlex.join(s.cmdline)[:60]})" for s in left))
+            _say(
+                f"diagnose: `{shown}` ended but left {len(left)} process(es) running; killed: "
+                + ", ".join(f"pid {s.pid} ({shlex.join(s.cmdline)[:60]})" for s in left)
+            )
         return _exit_code(code)
     elapsed = time.monotonic() - run_.started
     procs, spy_note = _take_stacks(run_, folder, use_spy)
@@ -205,8 +220,10 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
     _say("\n".join(_report(f"`{shown}` {why}: {len(procs)} process(es)", procs, findings, spy_note)))
     killed = tree.end(run_, shm_before)
     left = [p for p in run_.processes()]
-    _say(f"\ndiagnose: killed {killed} process(es)"
-         + (f"; {len(left)} could not be killed" if left else "; nothing left running"))
+    _say(
+        f"\ndiagnose: killed {killed} process(es)"
+        + (f"; {len(left)} could not be killed" if left else "; nothing left running")
+    )
     return INTERRUPTED if interrupted.is_set() else HUNG
 
 

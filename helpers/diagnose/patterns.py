@@ -1,4 +1,4 @@
-"""The hangs and deaths the course teaches, as rules over the stacks, stderr and the tree's history.
+"""The hangs the course teaches, as rules over the stacks, stderr and the tree's history.
 
 Each rule returns a `Finding` (cause, the evidence that matched, a fix of one or two sentences, and the
 notebook section that explains it) or None. The strongest finding wins; when none matches, the hang is
@@ -8,9 +8,7 @@ reported as unknown with its stacks, never forced into a pattern.
 from __future__ import annotations
 
 import linecache
-import os
 import re
-import signal
 from dataclasses import dataclass, field
 
 from helpers.diagnose.stacks import Frame, Proc
@@ -146,8 +144,10 @@ def lock_held_at_fork(facts: Facts) -> Finding | None:
             return Finding(
                 "a lock held at fork: a forked child waits for a threading lock that another thread of its parent "
                 "held when it forked; that thread was not copied, so nobody can release it",
-                [_stack_line(proc) + (f"   [{line}]" if line else ""),
-                 f"{proc.label()} has 1 thread: no thread of its own can release the lock"],
+                [
+                    _stack_line(proc) + (f"   [{line}]" if line else ""),
+                    f"{proc.label()} has 1 thread: no thread of its own can release the lock",
+                ],
                 "Start processes before starting threads, or use spawn or forkserver for anything that has "
                 "threads; never take a lock in a forked child that threads of the parent use.",
                 SECTIONS["fork"],
@@ -169,9 +169,11 @@ def join_before_drain(facts: Facts) -> Finding | None:
                 return Finding(
                     "join before drain: a process joins a child whose queue item is still in the pipe; the child "
                     "cannot exit until someone reads it",
-                    [_stack_line(proc, _from_frame(proc, joins[0])),
-                     _stack_line(child, feeder.python_frames()) + "   [the queue's feeder thread, writing]",
-                     _stack_line(child) + "   [main thread, exiting: waits for the feeder]"],
+                    [
+                        _stack_line(proc, _from_frame(proc, joins[0])),
+                        _stack_line(child, feeder.python_frames()) + "   [the queue's feeder thread, writing]",
+                        _stack_line(child) + "   [main thread, exiting: waits for the feeder]",
+                    ],
                     "Get the items from the queue first, then join the producer (with a timeout); a process does "
                     "not exit before its queue's feeder thread has written everything into the pipe.",
                     SECTIONS["queues"],
@@ -213,14 +215,19 @@ def dead_producer(facts: Facts) -> Finding | None:
         gone = [s for s in facts.seen.values() if s.ppid == proc.pid and s.gone is not None]
         zombies = [c for c in facts.children(proc.pid) if c.status == "zombie"]
         tracebacks = _CHILD_TRACEBACK.findall(facts.stderr)
-        busy = [p for p in facts.procs if p.pid != proc.pid and p.role.startswith(("child", "rank"))
-                and p.status != "zombie"]
+        busy = [
+            p
+            for p in facts.procs
+            if p.pid != proc.pid and p.role.startswith(("child", "rank")) and p.status != "zombie"
+        ]
         evidence = [_stack_line(proc, _from_frame(proc, frame))]
         if zombies or gone:
-            evidence.append(f"child process(es) of pid {proc.pid} that ended during the run: "
-                            + ", ".join(str(s.pid) for s in (gone or [facts.seen.get(z.pid) or z for z in zombies])))
+            evidence.append(
+                f"child process(es) of pid {proc.pid} that ended during the run: "
+                + ", ".join(str(s.pid) for s in (gone or [facts.seen.get(z.pid) or z for z in zombies]))
+            )
         if tracebacks:
-            error = error_line(facts.stderr[facts.stderr.find("Traceback"):]) or "a traceback"
+            error = error_line(facts.stderr[facts.stderr.find("Traceback") :]) or "a traceback"
             evidence.append(f"stderr: a child process's traceback ({len(tracebacks)}): {error}")
         if (zombies or gone or tracebacks) and not busy:
             score = 3 if tracebacks else 2
@@ -246,8 +253,13 @@ _NOTEBOOK = re.compile(r"Can't get attribute '[^']+' on <module '__main__'")
 
 
 def _churn(facts: Facts) -> list[Seen]:
-    return [s for s in facts.seen.values() if s.gone is not None and s.pid != facts.main_pid
-            and "multiprocessing.resource_tracker" not in " ".join(s.cmdline)]
+    return [
+        s
+        for s in facts.seen.values()
+        if s.gone is not None
+        and s.pid != facts.main_pid
+        and "multiprocessing.resource_tracker" not in " ".join(s.cmdline)
+    ]
 
 
 def missing_main_guard(facts: Facts) -> Finding | None:
@@ -257,11 +269,18 @@ def missing_main_guard(facts: Facts) -> Finding | None:
         return None
     churn = _churn(facts)
     main = facts.by_pid.get(facts.main_pid)
-    evidence = [f"stderr: {count or len(notebook)} times "
-                + ('"RuntimeError: An attempt has been made to start a new process before the current process has '
-                   'finished its bootstrapping phase"' if count else f'"AttributeError: {notebook[0]}>"'),
-                f"{len(churn)} worker process(es) started and died during the run, each replaced by a new one"
-                if churn else "no worker lived long enough to be seen"]
+    evidence = [
+        f"stderr: {count or len(notebook)} times "
+        + (
+            '"RuntimeError: An attempt has been made to start a new process before the current process has '
+            'finished its bootstrapping phase"'
+            if count
+            else f'"AttributeError: {notebook[0]}>"'
+        ),
+        f"{len(churn)} worker process(es) started and died during the run, each replaced by a new one"
+        if churn
+        else "no worker lived long enough to be seen",
+    ]
     if main is not None:
         evidence.insert(0, _stack_line(main))
     if count:
@@ -284,9 +303,25 @@ def missing_main_guard(facts: Facts) -> Finding | None:
     )
 
 
-_COLLECTIVES = ("barrier", "monitored_barrier", "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-                "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "gather", "scatter", "send",
-                "recv", "all_gather_object", "broadcast_object_list", "wait")
+_COLLECTIVES = (
+    "barrier",
+    "monitored_barrier",
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "all_gather_object",
+    "broadcast_object_list",
+    "wait",
+)
 
 
 def _world(facts: Facts) -> int | None:
@@ -331,14 +366,25 @@ def waiting_in_collective(facts: Facts) -> Finding | None:
     )
 
 
-_RENDEZVOUS = ("init_process_group", "rendezvous", "_create_c10d_store", "_env_rendezvous_handler",
-               "_tcp_rendezvous_handler", "_store_based_barrier", "next_rendezvous", "TCPStore")
+_RENDEZVOUS = (
+    "init_process_group",
+    "rendezvous",
+    "_create_c10d_store",
+    "_env_rendezvous_handler",
+    "_tcp_rendezvous_handler",
+    "_store_based_barrier",
+    "next_rendezvous",
+    "TCPStore",
+)
 
 
 def waiting_for_store(facts: Facts) -> Finding | None:
     for proc in facts.procs:
-        frames = [f for f in proc.all_frames() if f.name.split(".")[-1] in _RENDEZVOUS
-                  and ("torch/distributed" in f.file or not f.file)]
+        frames = [
+            f
+            for f in proc.all_frames()
+            if f.name.split(".")[-1] in _RENDEZVOUS and ("torch/distributed" in f.file or not f.file)
+        ]
         if not frames:
             continue
         where = proc.env.get("MASTER_ADDR", "?") + ":" + proc.env.get("MASTER_PORT", "?")
@@ -374,9 +420,14 @@ def dataloader_worker_stuck(facts: Facts) -> Finding | None:
 
 
 def full_shm(facts: Facts) -> Finding | None:
-    lines = [line for line in facts.stderr.splitlines()
-             if "No space left on device" in line or "unable to allocate shared memory" in line
-             or "Bus error" in line or "killed by signal: Bus error" in line]
+    lines = [
+        line
+        for line in facts.stderr.splitlines()
+        if "No space left on device" in line
+        or "unable to allocate shared memory" in line
+        or "Bus error" in line
+        or "killed by signal: Bus error" in line
+    ]
     full = facts.shm_free is not None and facts.shm_free < 0.02
     if not lines and not full:
         return None
@@ -393,106 +444,20 @@ def full_shm(facts: Facts) -> Finding | None:
     )
 
 
-HANG_RULES = (fork_after_openmp, lock_held_at_fork, join_before_drain, missing_main_guard, waiting_in_collective,
-              waiting_for_store, full_shm, dataloader_worker_stuck, dead_producer)
+HANG_RULES = (
+    fork_after_openmp,
+    lock_held_at_fork,
+    join_before_drain,
+    missing_main_guard,
+    waiting_in_collective,
+    waiting_for_store,
+    full_shm,
+    dataloader_worker_stuck,
+    dead_producer,
+)
 
 
 def diagnose_hang(facts: Facts) -> list[Finding]:
     """Every finding, strongest first (the first rule listed wins a tie)."""
     found = [f for rule in HANG_RULES if (f := rule(facts)) is not None]
     return sorted(found, key=lambda f: -f.score)
-
-
-# ---- deaths ---------------------------------------------------------------------------------------
-
-_SIGNALS = {
-    "SIGKILL": "killed from outside: usually the kernel's out-of-memory killer (look for \"Out of memory: Killed "
-    "process\" in `dmesg` or `journalctl -k`), or someone's kill -9",
-    "SIGSEGV": "a crash in native code, e.g. growing a shared tensor (resize_ on shared storage) or a library "
-    "that does not survive fork",
-    "SIGBUS": "shared memory that could not be backed, usually a full /dev/shm",
-    "SIGABRT": "an abort in native code (a C++ exception nobody caught, a failed assertion)",
-    "SIGTERM": "asked to stop (a launcher, a scheduler's time limit, or torch ending the other ranks)",
-    "SIGINT": "interrupted (Ctrl-C)",
-}
-_SIGNAL_SECTION = {"SIGBUS": SECTIONS["shm"], "SIGSEGV": SECTIONS["grow"]}
-_WORKER_DIED = re.compile(r"DataLoader worker \(pid\(s\)? ?([\d, ]+)\) (?:exited unexpectedly|is killed by signal: ([^.\n]+))")
-_SPAWN_DIED = re.compile(r"process (\d+) terminated with (signal \w+|exit code \d+)")
-_TORCHRUN_FAILED = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)\s*\(pid: (\d+)\)", re.DOTALL)
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
-    """Which process died, how, and what that usually means."""
-    main = facts.by_pid.get(facts.main_pid)
-    who = f"the main process (pid {facts.main_pid})"
-    text = facts.stderr
-    evidence: list[str] = []
-    for pid, report in fatal.items():
-        role = facts.by_pid[pid].role if pid in facts.by_pid else ("main process" if pid == facts.main_pid else "a child")
-        first = report.splitlines()[0]
-        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', report)
-        where = " <- ".join(f"{n} ({os.path.basename(f)}:{ln})" for f, ln, n in frames[:3])
-        evidence.append(f"pid {pid} ({role}): {first}" + (f" in {where}" if where else ""))
-    error = error_line(text)
-    worker = _WORKER_DIED.search(text)
-    spawned = _SPAWN_DIED.search(text)
-    ranked = _TORCHRUN_FAILED.search(text)
-    if code < 0:
-        name = signal_name(-code)
-        return Finding(f"{who} died of {name}: {_SIGNALS.get(name, 'a signal')}", evidence,
-                       "Find who sent the signal (the kernel log for the OOM killer) or where the crash is (the "
-                       "faulthandler stack above); reduce memory use (fewer workers, smaller batches).",
-                       _SIGNAL_SECTION.get(name, SECTIONS["kit"]), 3)
-    if worker:
-        how = f"was killed by signal {worker.group(2)}" if worker.group(2) else "exited unexpectedly"
-        sig = {"Killed": "SIGKILL", "Bus error": "SIGBUS", "Segmentation fault": "SIGSEGV"}.get(worker.group(2) or "")
-        evidence.append(f"stderr: {clean(worker.group(0))}")
-        meaning = _SIGNALS.get(sig, "it crashed or was killed; its own stderr, above, may say why")
-        return Finding(f"a DataLoader worker (pid {worker.group(1).strip()}) {how}: {meaning}; then {who} exited "
-                       f"with code {code}", evidence,
-                       "Run with num_workers=0 to see the error in the main process; if it was killed, use fewer "
-                       "workers or smaller batches (memory), or give /dev/shm more room.",
-                       _SIGNAL_SECTION.get(sig or "", SECTIONS["worker"]), 3)
-    if spawned:
-        evidence.append(f"stderr: {clean(spawned.group(0))}")
-        how = spawned.group(2).replace("signal ", "")
-        return Finding(f"rank {spawned.group(1)} of torch.multiprocessing.spawn terminated with {spawned.group(2)}: "
-                       f"{_SIGNALS.get(how, 'its error is above')}; the others were ended and {who} exited with code "
-                       f"{code}", evidence, "Read that rank's traceback above; run the function directly with nprocs=1.",
-                       SECTIONS["spawn"], 3)
-    if ranked:
-        rank, exitcode, pid = ranked.groups()
-        how = f"signal {signal_name(-int(exitcode))}" if int(exitcode) < 0 else f"exit code {exitcode}"
-        meaning = _SIGNALS.get(signal_name(-int(exitcode)), "") if int(exitcode) < 0 else "its traceback is above"
-        evidence.append(f"stderr (torchrun's summary): rank {rank}, pid {pid}, {how}")
-        return Finding(f"rank {rank} (pid {pid}) of the torchrun job died with {how}: {meaning}; torchrun ended the "
-                       f"others and exited with code {code}", evidence,
-                       "Read that rank's traceback above (decorate main with @record for an error file); run one rank "
-                       "alone to debug.", SECTIONS["ranks"], 3)
-    caught = re.search(r"Caught \w+ in DataLoader worker process \d+", text)
-    if caught:
-        evidence += [f"stderr: {caught.group(0)}", f"stderr, its last line: {error}"]
-        return Finding(f"a DataLoader worker raised, and {who} exited with code {code}: the worker's own traceback "
-                       "is in the message above", evidence,
-                       "Fix the bug in your dataset's __getitem__ (or collate_fn); rerun with num_workers=0 to get a "
-                       "plain traceback with the real frame on top.", SECTIONS["worker"], 3)
-    shm = full_shm(facts)
-    if shm is not None and shm.score == 3:
-        shm.cause = f"{who} exited with code {code}: {shm.cause}"
-        return shm
-    tracebacks = len(_CHILD_TRACEBACK.findall(text))
-    if tracebacks:
-        evidence.append(f"stderr: {tracebacks} child process traceback(s)")
-    if error:
-        evidence.append(f"stderr: {error}")
-    return Finding(f"{who} exited with code {code}" + (f": {error}" if error else " without an error message"),
-                   evidence or [f"{main.label() if main else who}: no traceback on stderr"],
-                   "Read the traceback above, innermost frame last; in a worker, rerun with num_workers=0 or nprocs=1 "
-                   "to get it in the main process.", SECTIONS["kit"], 1)
