@@ -219,7 +219,7 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
     why = "interrupted (Ctrl-C)" if interrupted.is_set() else f"still running after {elapsed:.1f} s (--timeout)"
     _say("\n".join(_report(f"`{shown}` {why}: {len(procs)} process(es)", procs, findings, spy_note)))
     killed = tree.end(run_, shm_before)
-    left = [p for p in run_.processes()]
+    left = tree.still_running(run_)
     _say(
         f"\ndiagnose: killed {killed} process(es)"
         + (f"; {len(left)} could not be killed" if left else "; nothing left running")

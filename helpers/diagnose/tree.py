@@ -230,6 +230,11 @@ def _remove_leftovers(tree: Tree, shm_before: set[str]) -> None:
         tree.reader.join(2.0)
 
 
+def still_running(tree: Tree) -> list[psutil.Process]:
+    """Processes of the command still alive (a zombie is not: whoever adopted it reaps it)."""
+    return _live(tree.processes())
+
+
 def shm_names() -> set[str]:
     """The multiprocessing names in /dev/shm now (to know which ones the run added)."""
     return _mp_names()
