@@ -41,8 +41,9 @@ class Frame:
 
     def short(self) -> str:
         where = os.path.basename(self.file) if self.file else "?"
-        if self.native:
-            return f"{self.name} ({where})"
+        if self.native:  # C++ template names can run to kilobytes
+            name = self.name if len(self.name) <= 100 else self.name[:99] + "…"
+            return f"{name} ({where})"
         parts = Path(self.file).parts
         if "site-packages" in parts:  # torch/distributed/distributed_c10d.py, as py-spy shows it
             where = "/".join(parts[parts.index("site-packages") + 1 :])
