@@ -1,0 +1,5 @@
+"""A hang the course does not teach: the main process sleeps (an honest "unknown")."""
+
+import time
+
+time.sleep(60)
