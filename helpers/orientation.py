@@ -422,13 +422,14 @@ def remove_mp_temp_dir() -> bool:
     multiprocessing creates it on first need (forkserver's socket, a listener's address) and removes it
     only at a normal interpreter exit; a Jupyter kernel that is killed (nbval does that, and so does a
     crash) leaves it behind. The forkserver, whose socket lives there, is stopped first; both come back
-    on next use. Returns whether there was a folder to remove.
+    on next use. Returns whether this process is left without such a folder (always, unless removing
+    it failed), so that a notebook prints the same whether or not one had been made.
     """
     from multiprocessing import forkserver, util
 
     folder = mp.current_process()._config.get("tempdir")  # noqa: SLF001 - multiprocessing keeps it here
     if not folder:
-        return False
+        return True
     if getattr(forkserver, "_forkserver", None) is not None:
         forkserver._forkserver._stop()  # noqa: SLF001 - its socket is in the folder
     for finalizer in list(util._finalizer_registry.values()):  # noqa: SLF001
