@@ -47,6 +47,13 @@ __all__ = [
     "sweep",
     "epoch_start_costs",
     "worker_memory",
+    "first_error",
+    "SeedStoredDataset",
+    "torch_generator_on_dataset",
+    "TensorHoldingDataset",
+    "spawn_dataset_sharing",
+    "pin_memory_without_accelerator",
+    "catch_warnings",
 ]
 
 
@@ -187,7 +194,9 @@ def reseed_stored_rng(worker_id: int) -> None:
     """worker_init_fn: give each worker's copy of the dataset its own generator.
 
     `get_worker_info().seed` is `base_seed + worker_id`, and base_seed is drawn from the DataLoader's
-    `generator` each epoch: different per worker, new each epoch, reproducible with a seeded generator.
+    `generator` each time workers start: different per worker, reproducible with a seeded generator.
+    Workers start at every `iter(loader)`, so the seed is new each epoch; with `persistent_workers=True`
+    they start once, this runs once per worker, and each generator simply continues across epochs.
     """
     info = get_worker_info()
     info.dataset.rng = np.random.default_rng(info.seed)
@@ -387,19 +396,29 @@ def measure_throughput(
     step: Callable[[Any], Any] | None = None,
     multiprocessing_context: Any = None,
 ) -> Throughput:
-    """Consume the loader once. Start-up is the time to the first batch; throughput is timed from the
-    moment one batch per worker has arrived, so that what every worker loaded while the others were
-    still starting does not count as steady state."""
+    """Consume the loader once. Start-up is the time to the first batch; throughput is the steady state.
+
+    The steady-state clock must not start early for the workers. When the k-th batch arrives, the other
+    workers are already part-way through their next batches (they started earlier, and prefetch keeps
+    them busy), and a worker's first batch is slow (fresh process, first calls): timed from the first
+    round, the workers got work done before the clock started, which `num_workers=0` never gets, and
+    the ratio of the two could exceed its physical limit (seen: 8.27 of a possible 8 for sleeping
+    workers, 2.10 of 2 for CPU-bound ones on an idle machine). So the clock starts when the last batch
+    of the *second* round arrives and stops at the end of a later round of the same worker: both ends in
+    the same phase of that worker's cycle, every worker past its first batch, whole rounds in between.
+    """
     positive_int("num_workers", num_workers, minimum=0)
     positive_int("batch_size", batch_size)
     total = len(dataset) // batch_size  # type: ignore[arg-type]
-    warmup = max(1, num_workers)
+    per_round = max(1, num_workers)
+    warmup = 2 * num_workers if num_workers else 1
     batches = total if batches is None else positive_int("batches", batches)
-    if not warmup + 1 <= batches <= total:
+    if not warmup + per_round <= batches <= total:
         raise ValueError(
-            f"batches must be between {warmup + 1} (one per worker, plus one) and {total} (the dataset's"
-            f" full batches), got {batches}"
+            f"batches must be between {warmup + per_round} (two rounds of one batch per worker, plus one"
+            f" round timed) and {total} (the dataset's full batches), got {batches}"
         )
+    timed = (batches - warmup) // per_round * per_round  # whole rounds only
     kwargs: dict[str, Any] = {"batch_size": batch_size, "drop_last": True}
     if num_workers:
         kwargs.update(num_workers=num_workers, multiprocessing_context=multiprocessing_context)
@@ -414,7 +433,7 @@ def measure_throughput(
                 step(batch)
             startup = time.perf_counter() - t0 if i == 0 else startup
         t1 = time.perf_counter()
-        for _ in range(batches - warmup):
+        for _ in range(timed):
             batch = next(iterator)
             if step is not None:
                 step(batch)
@@ -422,7 +441,7 @@ def measure_throughput(
     finally:
         del iterator
         gc.collect()  # see _COLLECT
-    return Throughput(num_workers, startup, (batches - warmup) * batch_size / (t2 - t1), batches)
+    return Throughput(num_workers, startup, timed * batch_size / (t2 - t1), warmup + timed)
 
 
 def sweep(
@@ -513,26 +532,35 @@ def first_error(loader: DataLoader) -> tuple[str, str, bool]:
     """Iterate `loader` until it raises; return (first line, last line, whether the message carries the
     worker's traceback). The iterator is shut down before returning, so no worker outlives the call.
 
-    The exception's traceback references the iterator (a reference cycle), so `del` alone would leave
-    the workers running until the garbage collector runs; and a worker forked meanwhile would inherit
-    the dead iterator and complain when it exits.
+    A failed iterator is not exhausted, so DataLoader has not shut its workers down yet, and it sits in a
+    reference cycle, so `del` alone leaves it to the garbage collector. The collector runs the weak-
+    reference finalizers of the iterator's index queues (which stop their feeder threads) before the
+    iterator's `__del__`, whose shutdown message then never reaches the workers: each worker was only
+    terminated after DataLoader's join timed out (5 s each, `MP_STATUS_CHECK_INTERVAL`; seen: 10 s for
+    2 workers). So the shutdown is called here, as DataLoader itself does when an epoch ends.
     """
+    from helpers.errors import short_error
+
     iterator = iter(loader)
+    found: tuple[str, str, bool] | None = None
     try:
         for _ in iterator:
             pass
     except Exception as exc:  # noqa: BLE001 - any error a worker raises is what we want to show
-        from helpers.errors import short_error
-
-        return short_error(exc), short_error(exc, line="last"), "Original Traceback" in str(exc)
-    finally:
-        del iterator
-        gc.collect()
-    raise AssertionError("the loader finished without an error")
+        found = short_error(exc), short_error(exc, line="last"), "Original Traceback" in str(exc)
+    shutdown = getattr(iterator, "_shutdown_workers", None)  # absent when num_workers=0
+    if shutdown is not None:
+        shutdown()
+    del iterator
+    gc.collect()  # see _COLLECT
+    if found is None:
+        raise AssertionError("the loader finished without an error")
+    return found
 
 
 class _GeneratorDataset(Dataset):
-    """Stores a torch.Generator on the dataset, which cannot be pickled to spawn workers."""
+    """Stores a torch.Generator on the dataset: under spawn or forkserver with the `file_descriptor` sharing
+    strategy (Linux's default), its state cannot reach the workers (pytorch/pytorch#146828)."""
 
     def __init__(self) -> None:
         self.generator = torch.Generator().manual_seed(0)
@@ -544,14 +572,90 @@ class _GeneratorDataset(Dataset):
         return int(torch.randint(1000, (), generator=self.generator))
 
 
-def torch_generator_on_dataset(multiprocessing_context: str = "spawn") -> list[int]:
-    """Load a dataset that stores a torch.Generator with one worker (run it under the watchdog: spawn
-    workers die printing their error, which the watchdog captures; one worker, so that no two
-    tracebacks interleave in the captured output)."""
-    loader = DataLoader(
-        _GeneratorDataset(), batch_size=None, num_workers=1, multiprocessing_context=multiprocessing_context
-    )
+class SeedStoredDataset(Dataset):
+    """The first workaround for pytorch/pytorch#146828: store a seed, build the torch.Generator in the
+    process that uses it (on first use, so in each worker), seeded per worker from `get_worker_info()`."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = int(seed)
+        self.generator: torch.Generator | None = None
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        if self.generator is None:
+            info = get_worker_info()
+            self.generator = torch.Generator().manual_seed(self.seed if info is None else info.seed)
+        return int(torch.randint(1000, (), generator=self.generator))
+
+
+def torch_generator_on_dataset(
+    multiprocessing_context: str = "spawn", sharing_strategy: str | None = None, store_seed: bool = False
+) -> list[int]:
+    """Load a dataset that stores a torch.Generator (or, with `store_seed`, only a seed) with one worker.
+
+    Run it under the watchdog: spawn workers that cannot unpickle the dataset die printing their error,
+    which the watchdog captures (one worker, so that no two tracebacks interleave). `sharing_strategy`
+    ("file_system", the second workaround) is set in this process, the one that pickles the dataset.
+    """
+    if sharing_strategy is not None:
+        import torch.multiprocessing as tmp
+
+        tmp.set_sharing_strategy(sharing_strategy)
+    dataset = SeedStoredDataset() if store_seed else _GeneratorDataset()
+    loader = DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context=multiprocessing_context)
     return list(loader)
+
+
+class TensorHoldingDataset(Dataset):
+    """Holds one tensor; each sample reports whether the worker's tensor lives in shared memory.
+
+    Pickled for a spawn worker, the tensor goes through torch's reducer (`torch/multiprocessing/
+    reductions.py`), which moves its storage to shared memory and sends a handle; NumPy arrays and
+    Python objects have no such reducer and are pickled by value, a copy per worker.
+    """
+
+    def __init__(self, n: int = 2) -> None:
+        self.n = positive_int("n", n)
+        self.tensor = torch.zeros(1000)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> bool:
+        return self.tensor.is_shared()
+
+
+def spawn_dataset_sharing() -> dict[str, bool]:
+    """Under spawn, how a dataset's tensor and array reach one worker, and what happens to the parent's."""
+    dataset = TensorHoldingDataset()
+    before = dataset.tensor.is_shared()
+    sample = next(iter(DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context="spawn")))
+    gc.collect()  # see _COLLECT
+    return {
+        "parent's tensor shared before": before,
+        "worker's tensor in shared memory": bool(sample),
+        "parent's tensor shared after": dataset.tensor.is_shared(),
+    }
+
+
+def pin_memory_without_accelerator(dataset: Dataset) -> tuple[list[str], bool, bool]:
+    """Start a loader with `pin_memory=True` and one worker: the warnings it gave, whether the iterator
+    pins at all (`_pin_memory`), and whether it started a pin-memory thread (`_pin_memory_thread`).
+
+    On CPU-only torch the DataLoader warns and pins nothing, so no thread is started; with an
+    accelerator the iterator starts a thread in the main process that copies each batch into pinned
+    memory. Private attributes, read only to show it.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        iterator = iter(DataLoader(dataset, batch_size=2, num_workers=1, pin_memory=True))
+        next(iterator)
+    pins, thread = bool(iterator._pin_memory), hasattr(iterator, "_pin_memory_thread")  # noqa: SLF001
+    del iterator
+    gc.collect()  # see _COLLECT
+    return [str(w.message) for w in caught], pins, thread
 
 
 def catch_warnings(fn: Callable[[], Any]) -> list[str]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
-import statistics
+import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from helpers.environment import default_start_method, usable_cores
@@ -23,6 +24,7 @@ from helpers.validate import positive_int
 
 __all__ = [
     "busy",
+    "busy_and_report",
     "square",
     "COUNTER",
     "read_counter",
@@ -35,6 +37,9 @@ __all__ = [
     "threads_vs_processes",
     "start_cost",
     "oversubscription",
+    "cpu_quota",
+    "openmp_runtime",
+    "remove_mp_temp_dir",
 ]
 
 COUNTER = 0  # module state: a forked child sees the parent's value, a spawned child re-imports it
@@ -47,6 +52,16 @@ def busy(n: int) -> int:
     for i in range(n):
         total += i * i % 7
     return total
+
+
+def busy_and_report(barrier: Any, n: int, results: Any) -> None:
+    """Wait at `barrier` until every process has started, run `busy(n)`, put the answer on `results`.
+
+    The target of the notebook's first bare `Process`: it returns nothing, because a process has no
+    return value; what it wants to say goes through a queue.
+    """
+    barrier.wait(timeout=60)
+    results.put(busy(n))
 
 
 def square(x: float) -> float:
@@ -150,8 +165,24 @@ class ThreadsVsProcesses:
     process_startup: float  # from the first start() to every process waiting at the barrier
 
     @property
+    def serial(self) -> float:
+        """The baseline: the `workers` pieces run one after another (`workers` x one piece alone)."""
+        return self.workers * self.one_worker
+
+    @property
+    def threads_speedup(self) -> float:
+        """serial / threads: about 1 with the GIL (below 1 when switching between threads costs)."""
+        return self.serial / self.threads
+
+    @property
+    def processes_speedup(self) -> float:
+        """serial / processes: at most `workers` (every core busy with one piece)."""
+        return self.serial / self.processes
+
+    @property
     def ratio(self) -> float:
-        """threads / processes: how much faster processes finish the same work (limit: workers)."""
+        """threads / processes = processes_speedup / threads_speedup. It can exceed `workers` when threads
+        are slower than running the pieces one after another; the speed-ups over `serial` cannot."""
         return self.threads / self.processes
 
 
@@ -205,14 +236,17 @@ def _report_ready(conn: Connection) -> None:
     conn.close()
 
 
-def start_cost(methods: Sequence[str] | None = None, repeats: int = 2) -> dict[str, float]:
-    """Median seconds from `start()` until a child that imports torch is ready, per start method.
+def start_cost(methods: Sequence[str] | None = None, repeats: int = 2) -> dict[str, Any]:
+    """Seconds from `start()` until a child that imports torch is ready, per start method, as a
+    `timing.Spread` (median and range of `repeats` starts).
 
     The parent imports torch first, as a notebook has: a forked child inherits it, a spawned or
     forkserver child imports it again (forkserver's server is started on first use, and it does not
     preload torch unless told to with `set_forkserver_preload`).
     """
     import torch  # noqa: F401 - inherited by fork children
+
+    from helpers.timing import spread
 
     available = mp.get_all_start_methods()
     methods = list(available if methods is None else methods)
@@ -235,7 +269,7 @@ def start_cost(methods: Sequence[str] | None = None, repeats: int = 2) -> dict[s
                 receiver.recv()
                 times.append(time.perf_counter() - t0)
             receiver.close()
-        result[method] = statistics.median(times)
+        result[method] = spread(times)
     return result
 
 
@@ -260,45 +294,145 @@ def _matmul_worker(conn: Connection) -> None:
     conn.close()
 
 
+@contextlib.contextmanager
+def _environment(**values: str | None) -> Iterator[None]:
+    """Set environment variables while children are started (a spawned child copies the environment at
+    start-up, and libgomp reads OMP_WAIT_POLICY once, when torch loads it), then restore them."""
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def oversubscription(
-    configs: Sequence[tuple[int, int]] | None = None, matmuls: int = 1200
-) -> dict[tuple[int, int], float]:
-    """Seconds to do `matmuls` 256x256 matrix products split over M processes with N threads each.
+    configs: Sequence[tuple[int, int]] | None = None,
+    matmuls: int = 1200,
+    rounds: int = 1,
+    wait_policy: str | None = None,
+) -> dict[tuple[int, int], Any]:
+    """Seconds to do `matmuls` 256x256 matrix products split over M processes with N threads each, as a
+    `timing.Spread` over `rounds` rounds (each round runs every configuration once, interleaved, so a
+    burst of load from another program hits all configurations alike).
 
     The same total work in every configuration `(M, N)`, so the times compare directly. Workers are
     spawned (a forked child of a kernel would hang in OpenMP as soon as it uses two threads), started
     once and reused, and each run starts at an agreed wall-clock instant, so start-up is not timed.
+    `wait_policy` sets `OMP_WAIT_POLICY` in the workers ("PASSIVE": a waiting OpenMP thread sleeps at
+    once instead of spinning; "ACTIVE": it spins; None: the workers inherit this process's setting).
     """
+    from helpers.timing import spread
+
     cores = usable_cores()
     if configs is None:
         configs = [(1, 1), (1, cores), (cores, 1), (cores, cores), (cores, 2 * cores)]
     configs = [tuple(c) for c in configs]
     for config in configs:
-        if len(config) != 2 or not all(isinstance(v, int) and v >= 1 for v in config):
+        if len(config) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in config):
             raise ValueError(f"configs must be (processes, threads) pairs of ints >= 1, got {config!r}")
     positive_int("matmuls", matmuls)
+    positive_int("rounds", rounds)
+    if wait_policy not in (None, "PASSIVE", "ACTIVE"):
+        raise ValueError(f"wait_policy must be None, 'PASSIVE' or 'ACTIVE', got {wait_policy!r}")
     most = max(m for m, _ in configs)
     ctx = mp.get_context("spawn")
     pipes = [ctx.Pipe() for _ in range(most)]
     procs = [ctx.Process(target=_matmul_worker, args=(child,)) for _, child in pipes]
-    times: dict[tuple[int, int], float] = {}
-    with running(procs, timeout=10):
+    times: dict[tuple[int, int], list[float]] = {config: [] for config in configs}
+    with contextlib.ExitStack() as stack:
+        with _environment(OMP_WAIT_POLICY=wait_policy) if wait_policy else contextlib.nullcontext():
+            stack.enter_context(running(procs, timeout=10))  # started here: the kernel's own setting returns
         for conn, child in pipes:
             child.close()
             if not conn.poll(120) or conn.recv() != "ready":
                 raise ChildProcessError("a matmul worker did not start within 120 s")
-        for m, n in configs:
-            start_at = time.time() + 0.3
-            for conn, _ in pipes[:m]:
-                conn.send(("run", n, matmuls // m, start_at))
-            spans = []
-            for conn, _ in pipes[:m]:
-                if not conn.poll(120):
-                    raise ChildProcessError("a matmul worker did not answer within 120 s")
-                spans.append(conn.recv())
-            times[(m, n)] = max(end for _, end in spans) - min(start for start, _ in spans)
+        for _ in range(rounds):
+            for m, n in configs:
+                times[(m, n)].append(_timed_run(pipes[:m], n, matmuls // m))
         for conn, _ in pipes:
             conn.send(None)
     for conn, _ in pipes:
         conn.close()
-    return times
+    return {config: spread(values) for config, values in times.items()}
+
+
+def _timed_run(pipes: Sequence[tuple[Connection, Connection]], threads: int, matmuls: int) -> float:
+    """One configuration once: every worker starts at the same wall-clock instant; first start to last end."""
+    start_at = time.time() + 0.3
+    for conn, _ in pipes:
+        conn.send(("run", threads, matmuls, start_at))
+    spans = []
+    for conn, _ in pipes:
+        if not conn.poll(120):
+            raise ChildProcessError("a matmul worker did not answer within 120 s")
+        spans.append(conn.recv())
+    return max(end for _, end in spans) - min(start for start, _ in spans)
+
+
+def cpu_quota() -> float | None:
+    """Cores' worth of CPU time this process's cgroup may use (`docker --cpus`, a Kubernetes limit), or
+    None when there is no quota (or no cgroup file to read, as on macOS and Windows).
+
+    A quota is not an affinity mask: `os.sched_getaffinity`, `os.cpu_count` and torch's default thread
+    count still see every core, and the kernel throttles the whole group once it used its share of a
+    period. cgroup v2 writes "max 100000" or "200000 100000" to cpu.max; v1 has two files.
+    """
+    root = Path("/sys/fs/cgroup")
+    try:
+        if (root / "cpu.max").exists():
+            quota, period = (root / "cpu.max").read_text().split()[:2]
+            return None if quota == "max" else int(quota) / int(period)
+        v1 = root / "cpu"
+        if (v1 / "cpu.cfs_quota_us").exists():
+            quota_us = int((v1 / "cpu.cfs_quota_us").read_text())
+            period_us = int((v1 / "cpu.cfs_period_us").read_text())
+            return None if quota_us < 0 else quota_us / period_us
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def openmp_runtime() -> str:
+    """Which OpenMP runtime torch loaded into this process: "GNU libgomp", "Intel libiomp5", "LLVM libomp",
+    or "unknown" (read from /proc/self/maps, Linux only). The fork hang of section 7 is libgomp's."""
+    import torch  # noqa: F401 - loads the runtime
+
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return "unknown"
+    for marker, name in (("libgomp", "GNU libgomp"), ("libiomp5", "Intel libiomp5"), ("libomp", "LLVM libomp")):
+        if marker in maps:
+            return name
+    return "unknown"
+
+
+def remove_mp_temp_dir() -> bool:
+    """Remove the `pymp-*` folder multiprocessing made for this process in the temporary folder, now.
+
+    multiprocessing creates it on first need (forkserver's socket, a listener's address) and removes it
+    only at a normal interpreter exit; a Jupyter kernel that is killed (nbval does that, and so does a
+    crash) leaves it behind. The forkserver, whose socket lives there, is stopped first; both come back
+    on next use. Returns whether this process is left without such a folder (always, unless removing
+    it failed), so that a notebook prints the same whether or not one had been made.
+    """
+    from multiprocessing import forkserver, util
+
+    folder = mp.current_process()._config.get("tempdir")  # noqa: SLF001 - multiprocessing keeps it here
+    if not folder:
+        return True
+    if getattr(forkserver, "_forkserver", None) is not None:
+        forkserver._forkserver._stop()  # noqa: SLF001 - its socket is in the folder
+    for finalizer in list(util._finalizer_registry.values()):  # noqa: SLF001
+        if getattr(finalizer, "_callback", None) is util._remove_temp_dir:  # noqa: SLF001
+            finalizer()  # runs once, unregisters itself and forgets the folder, as at exit
+    return not os.path.exists(folder)

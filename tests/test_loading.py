@@ -98,6 +98,21 @@ def test_shard_bounds_bad_arguments(args):
         loading.shard_bounds(*args)
 
 
+def test_first_error_lets_the_workers_exit_by_themselves():
+    workers = []
+
+    class Recording(DataLoader):
+        def _get_iterator(self):
+            iterator = super()._get_iterator()
+            workers.extend(iterator._workers)
+            return iterator
+
+    loading.first_error(Recording(loading.FailingDataset(bad=3), num_workers=2))
+    # left to the garbage collector, DataLoader's shutdown message never arrived: it waited 5 s per
+    # worker, then terminated it (exit code -SIGTERM)
+    assert len(workers) == 2 and [w.exitcode for w in workers] == [0, 0]
+
+
 def test_first_error_reports_worker_error_and_timeout():
     first, last, traceback = loading.first_error(DataLoader(loading.FailingDataset(bad=1), num_workers=1))
     assert first == "ValueError: Caught ValueError in DataLoader worker process 0."
@@ -118,13 +133,15 @@ def test_record_timeline_orders_and_assigns_round_robin():
 
 
 def test_measure_throughput_and_sweep():
-    ds = loading.SleepyDataset(n=16, delay=0.0)
+    ds = loading.SleepyDataset(n=36, delay=0.0)
     result = loading.measure_throughput(ds, num_workers=2, batch_size=4)
-    assert result.samples_per_s > 0 and result.startup > 0 and result.batches == 4
+    # 9 batches: two rounds of 2 before the clock, then whole rounds only (4 batches), the 9th unused
+    assert result.samples_per_s > 0 and result.startup > 0 and result.batches == 8
+    assert loading.measure_throughput(ds, num_workers=0, batch_size=4).batches == 9
     results = loading.sweep(ds, [0, 1], batch_size=4, progress=False)
     assert [r.num_workers for r in results] == [0, 1]
     with pytest.raises(ValueError, match="batches must be between"):
-        loading.measure_throughput(ds, num_workers=4, batch_size=4)  # 4 batches: no steady state left
+        loading.measure_throughput(ds, num_workers=4, batch_size=4)  # 9 batches: no round left after two
     with pytest.raises(ValueError, match="at least one"):
         loading.sweep(ds, [])
 
@@ -152,3 +169,44 @@ def test_data_bytes():
 def test_catch_warnings_returns_messages():
     messages = loading.catch_warnings(lambda: DataLoader(loading.SleepyDataset(n=2), pin_memory=True).__iter__())
     assert any("pin_memory" in m for m in messages)
+
+
+def test_pin_memory_without_accelerator_warns_and_starts_no_thread():
+    import torch
+
+    if torch.accelerator.is_available():
+        pytest.skip("an accelerator pins for real")
+    messages, pins, thread = loading.pin_memory_without_accelerator(loading.SleepyDataset(n=4, delay=0.0))
+    assert any("no accelerator is found" in m for m in messages)
+    assert pins is False and thread is False
+
+
+def test_seed_stored_dataset_builds_its_generator_per_worker():
+    ds = loading.SeedStoredDataset(seed=3)
+    assert ds.generator is None
+    first = [ds[i] for i in range(4)]
+    assert ds.generator is not None and first == [loading.SeedStoredDataset(seed=3)[0], *first[1:]]
+    per_worker = {}
+    for value, worker in zip(
+        DataLoader(loading.SeedStoredDataset(), batch_size=None, num_workers=2), [0, 1, 0, 1], strict=True
+    ):
+        per_worker.setdefault(worker, []).append(value)
+    assert per_worker[0] != per_worker[1]  # seeded from each worker's own seed
+
+
+def test_torch_generator_on_dataset_and_both_workarounds_under_spawn():
+    from helpers import watchdog
+
+    failed = watchdog.run(loading.torch_generator_on_dataset, "spawn", timeout=60)
+    assert failed.status == "raised" and "unable to resize file" in str(failed)
+    for kwargs in ({"store_seed": True}, {"sharing_strategy": "file_system"}):
+        outcome = watchdog.run(loading.torch_generator_on_dataset, "spawn", timeout=60, **kwargs)
+        assert outcome.status == "returned" and len(outcome.value) == 4
+
+
+def test_spawn_dataset_sharing_maps_the_tensor():
+    assert loading.spawn_dataset_sharing() == {
+        "parent's tensor shared before": False,
+        "worker's tensor in shared memory": True,
+        "parent's tensor shared after": True,
+    }

@@ -19,7 +19,24 @@ def test_threads_vs_processes_measures_all_three():
     assert result.workers == 2
     assert min(result.one_worker, result.threads, result.processes) > 0
     assert result.ratio == pytest.approx(result.threads / result.processes)
+    assert result.serial == pytest.approx(2 * result.one_worker)
+    assert result.processes_speedup == pytest.approx(result.serial / result.processes)
+    assert result.threads_speedup == pytest.approx(result.serial / result.threads)
+    assert result.ratio == pytest.approx(result.processes_speedup / result.threads_speedup)
     assert result.start_method in mp.get_all_start_methods()
+
+
+def test_busy_and_report_waits_at_the_barrier_then_reports():
+    import queue
+    import threading
+
+    barrier, results = threading.Barrier(2), queue.Queue()
+    worker = threading.Thread(target=orientation.busy_and_report, args=(barrier, 1000, results))
+    worker.start()
+    assert results.empty()  # still waiting for the second party
+    barrier.wait(timeout=10)
+    assert results.get(timeout=10) == orientation.busy(1000)
+    worker.join(timeout=10)
 
 
 @pytest.mark.parametrize(
@@ -34,8 +51,9 @@ def test_threads_vs_processes_bad_arguments(kwargs, error):
 def test_start_cost_fork_only():
     if "fork" not in mp.get_all_start_methods():
         pytest.skip("no fork here")
-    cost = orientation.start_cost(["fork"], repeats=1)
-    assert list(cost) == ["fork"] and cost["fork"] > 0
+    cost = orientation.start_cost(["fork"], repeats=2)
+    assert list(cost) == ["fork"]
+    assert cost["fork"].n == 2 and 0 < cost["fork"].low <= cost["fork"].median <= cost["fork"].high
 
 
 @pytest.mark.parametrize(
@@ -48,11 +66,34 @@ def test_start_cost_bad_arguments(kwargs, error):
 
 
 def test_oversubscription_small_run():
-    times = orientation.oversubscription([(1, 1), (2, 1)], matmuls=4)
-    assert set(times) == {(1, 1), (2, 1)} and all(t > 0 for t in times.values())
+    times = orientation.oversubscription([(1, 1), (2, 1)], matmuls=4, rounds=2)
+    assert set(times) == {(1, 1), (2, 1)} and all(t.n == 2 and t.low > 0 for t in times.values())
 
 
-@pytest.mark.parametrize("configs", [[(0, 1)], [(1,)], [(1, 1.5)]])
+def test_oversubscription_wait_policy_reaches_the_workers_only(monkeypatch):
+    import os
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    seen = []
+
+    def fake_start(self):  # records the environment a spawned child would copy at start-up
+        seen.append(os.environ.get("OMP_WAIT_POLICY"))
+        raise RuntimeError("not started")
+
+    monkeypatch.setattr(mp.get_context("spawn").Process, "start", fake_start)
+    with pytest.raises(RuntimeError, match="not started"):
+        orientation.oversubscription([(1, 1)], matmuls=4, wait_policy="PASSIVE")
+    assert seen == ["PASSIVE"] and "OMP_WAIT_POLICY" not in os.environ
+
+
+def test_oversubscription_bad_rounds_and_policy():
+    with pytest.raises(ValueError, match="rounds"):
+        orientation.oversubscription([(1, 1)], rounds=0)
+    with pytest.raises(ValueError, match="wait_policy"):
+        orientation.oversubscription([(1, 1)], wait_policy="passive")
+
+
+@pytest.mark.parametrize("configs", [[(0, 1)], [(1,)], [(1, 1.5)], [(True, 1)]])
 def test_oversubscription_bad_configs(configs):
     with pytest.raises(ValueError, match="configs"):
         orientation.oversubscription(configs)
@@ -101,3 +142,43 @@ def test_fork_while_a_thread_holds_a_lock_hangs_and_cleans_up():
         pytest.skip("no fork here")
     outcome = orientation.fork_while_a_thread_holds_a_lock(timeout=1.0)
     assert outcome.status == "hung" and outcome.stuck_in == ["acquire"]
+
+
+def test_cpu_quota_reads_both_cgroup_versions(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    real = Path
+
+    def fake_root(*parts):
+        if parts and str(parts[0]) == "/sys/fs/cgroup":
+            return real(tmp_path, *parts[1:])
+        return real(*parts)
+
+    monkeypatch.setattr(orientation, "Path", fake_root)
+    assert orientation.cpu_quota() is None  # no cgroup files at all
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert orientation.cpu_quota() is None  # v1, no quota
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")
+    assert orientation.cpu_quota() == 1.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert orientation.cpu_quota() is None  # v2 wins, no quota
+    (tmp_path / "cpu.max").write_text("200000 100000\n")
+    assert orientation.cpu_quota() == 2.0
+
+
+def test_openmp_runtime_names_the_loaded_library():
+    assert orientation.openmp_runtime() in ("GNU libgomp", "Intel libiomp5", "LLVM libomp", "unknown")
+
+
+def test_remove_mp_temp_dir_removes_the_folder_and_it_comes_back(tmp_path, monkeypatch):
+    import os
+    from multiprocessing import util
+
+    monkeypatch.setattr(mp.current_process(), "_config", {**mp.current_process()._config, "tempdir": None})
+    folder = util.get_temp_dir()
+    assert os.path.isdir(folder)
+    assert orientation.remove_mp_temp_dir() is True
+    assert not os.path.exists(folder) and mp.current_process()._config.get("tempdir") is None
+    assert orientation.remove_mp_temp_dir() is True  # nothing left to remove

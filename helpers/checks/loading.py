@@ -19,7 +19,8 @@ def worker_init_fn(fn: Any) -> Verdict:
 
     from helpers.loading import StoredRngDataset
 
-    def draws(seed: int) -> list[tuple[int, int]]:
+    def draws(seed: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """Two epochs of one loader whose generator is seeded with `seed`: (worker, augment) per sample."""
         loader = DataLoader(
             StoredRngDataset(n=8),
             batch_size=None,
@@ -28,10 +29,10 @@ def worker_init_fn(fn: Any) -> Verdict:
             generator=torch.Generator().manual_seed(seed),
             multiprocessing_context=context,
         )
-        return [(row["worker"], row["augment"]) for row in loader]
+        return [(row["worker"], row["augment"]) for row in loader], [(row["worker"], row["augment"]) for row in loader]
 
     try:
-        first, again, other = draws(0), draws(0), draws(1)
+        (first, second), (again, _), (other, _) = draws(0), draws(0), draws(1)
     except Exception as exc:  # noqa: BLE001 - the learner's function may raise anything
         from helpers.errors import short_error
 
@@ -46,9 +47,18 @@ def worker_init_fn(fn: Any) -> Verdict:
             "the draws change between runs with the same generator seed: derive the seed "
             "from get_worker_info().seed (or torch.initial_seed()), not from the clock or OS entropy.",
         )
+    if first == second:
+        return verdict(
+            False,
+            "",
+            "every epoch draws the same numbers: the worker id is the same each epoch, so a seed made "
+            "from it alone repeats. Which seed does the DataLoader draw anew each time workers start?",
+        )
     if first == other:
         return verdict(False, "", "a different DataLoader generator gives the same draws: use the worker's seed.")
-    return verdict(True, "workers differ, and a seeded DataLoader generator makes the draws reproducible.", "")
+    return verdict(
+        True, "workers differ, epochs differ, and a seeded DataLoader generator makes the draws reproducible.", ""
+    )
 
 
 def shard_bounds(fn: Any) -> Verdict:
@@ -107,9 +117,15 @@ def io_workers(num_workers: Any) -> Verdict:
             f"{num_workers} keep up, but each worker is a process with its own memory; "
             f"{needed} already deliver a batch every {step * 1000:.0f} ms.",
         )
-    return verdict(
-        True,
-        f"{num_workers} workers each load a batch in {per_batch * 1000:.0f} ms, so {needed} "
-        "of them deliver one every 40 ms. Waiting uses no CPU: this may exceed your core count.",
-        "",
+    why = (
+        f"one worker needs 8 x 20 ms = {per_batch * 1000:.0f} ms per batch and the loop takes one every "
+        f"{step * 1000:.0f} ms, so {needed} loading at once keep it fed"
     )
+    if num_workers > needed:
+        return verdict(
+            True,
+            f"{num_workers} keep up, and {needed} would already: {why}. The other {num_workers - needed} only add "
+            "memory and start-up. Waiting uses no CPU: the answer may exceed your core count.",
+            "",
+        )
+    return verdict(True, f"{why}. Waiting uses no CPU: this may exceed your core count.", "")

@@ -1,0 +1,142 @@
+"""Checkers of notebook 00: the unedited placeholder and the typical wrong answer get "Not yet" every time
+(20 runs each), the solution gets "Correct" every time, and bad input is refused clearly."""
+
+import multiprocessing as mp
+
+import pytest
+import torch
+
+from helpers import checks
+
+RUNS = 20
+
+
+def verdicts(check, *args, **kwargs):
+    """The distinct first words of RUNS verdicts: {"Correct:"} or {"Not yet:"} when the checker is stable."""
+    return {repr(check(*args, **kwargs)).split(" ")[0] for _ in range(RUNS)}
+
+
+def placeholder_threads_per_process(processes, cores):
+    # your code here
+    return None
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        placeholder_threads_per_process,
+        lambda p, c: c // p,  # the typical wrong answer: 0 threads when processes > cores
+        lambda p, c: c,  # oversubscribes
+        lambda p, c: 1 / 0,
+        lambda p, c: max(1.0, c / p),  # a float
+    ],
+)
+def test_threads_per_process_wrong_answers(fn):
+    assert verdicts(checks.threads_per_process, fn) == {"Not"}
+
+
+def test_threads_per_process_solution():
+    assert verdicts(checks.threads_per_process, lambda p, c: max(1, c // p)) == {"Correct:"}
+
+
+def test_threads_per_process_needs_a_function():
+    with pytest.raises(TypeError, match="fn must be a function"):
+        checks.threads_per_process(4)
+
+
+def test_fork_safe_settings_placeholder_and_bad_values():
+    assert verdicts(checks.fork_safe_settings, None, None) == {"Not"}
+    assert not checks.fork_safe_settings("thread", 2)
+    assert not checks.fork_safe_settings("spawn", 1)
+
+
+@pytest.fixture
+def openmp_pool_of_two():
+    """This process has run a parallel op on 2 threads, as a notebook kernel has."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # an earlier test may have left this process single-threaded
+    torch.ones(4_000_000).sum()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="no fork here")
+def test_fork_safe_settings_fork_hangs_every_time(openmp_pool_of_two):
+    results = [checks.fork_safe_settings("fork", 2, timeout=1) for _ in range(RUNS)]
+    assert all(not r and "hung" in repr(r) for r in results)
+
+
+def test_fork_safe_settings_spawn_is_correct_every_time():
+    assert verdicts(checks.fork_safe_settings, "spawn", 2, timeout=60) == {"Correct:"}
+
+
+PLACEHOLDER_SCRIPT = """
+import multiprocessing as mp
+
+def square(x):
+    return x * x
+
+mp.set_start_method("spawn")
+with mp.Pool(2) as pool:
+    print("results:", pool.map(square, range(4)))
+"""
+
+SOLUTION_SCRIPT = """
+import multiprocessing as mp
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    with mp.get_context("spawn").Pool(2) as pool:
+        print("results:", pool.map(square, range(4)))
+"""
+
+# The typical half-fix: the pool under the guard, the global set_start_method left at the top, where every
+# spawn child runs it again while it starts ("context has already been set") and dies; the pool hangs.
+GUARD_ONLY_SCRIPT = """
+import multiprocessing as mp
+
+def square(x):
+    return x * x
+
+mp.set_start_method("spawn")
+if __name__ == "__main__":
+    with mp.Pool(2) as pool:
+        print("results:", pool.map(square, range(4)))
+"""
+
+# Runs, but keeps the global switch the exercise is about.
+GLOBAL_SWITCH_SCRIPT = """
+import multiprocessing as mp
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    mp.set_start_method("spawn")
+    with mp.Pool(2) as pool:
+        print("results:", pool.map(square, range(4)))
+"""
+
+
+@pytest.mark.parametrize("script", [PLACEHOLDER_SCRIPT, GUARD_ONLY_SCRIPT], ids=["placeholder", "guard-only"])
+def test_main_guard_script_hanging_answers(script):
+    results = [checks.main_guard_script(script, timeout=2) for _ in range(RUNS)]
+    assert all(not r and "hung" in repr(r) for r in results)
+
+
+def test_main_guard_script_global_switch_is_not_yet():
+    results = [checks.main_guard_script(GLOBAL_SWITCH_SCRIPT, timeout=60) for _ in range(RUNS)]
+    assert all(not r and "get_context" in repr(r) for r in results)
+
+
+def test_main_guard_script_solution():
+    assert verdicts(checks.main_guard_script, SOLUTION_SCRIPT, timeout=60) == {"Correct:"}
+
+
+def test_main_guard_script_other_answers():
+    assert not checks.main_guard_script(SOLUTION_SCRIPT.replace('print("results:", ', "("), timeout=60)
+    assert not checks.main_guard_script("", timeout=5)
+    assert not checks.main_guard_script(None, timeout=5)
+    assert not checks.main_guard_script("raise SystemExit(2)", timeout=5)
