@@ -160,6 +160,8 @@ def read_ratio(label: str, ratio: float, limit: float | None, load: Load | None 
         reading = "Above the physical limit: the baseline did work that the parallel run skipped (see the text)"
     elif limit is not None and ratio >= 0.75 * limit:
         reading = "Close to the limit"
+    elif ratio > 1.1 and limit is None:
+        reading = "A real gain" + (f" ({why_busy})" if busy else "")
     elif ratio > 1.1:
         cause = why_busy or "start-up, communication or a part that runs in one process cost the rest"
         reading = f"A real gain, but below the limit: {cause}"
