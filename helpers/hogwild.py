@@ -10,21 +10,43 @@ optimizer steps, and a shared `Event` stops everyone early.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import math
+import os
+import shutil
+import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
 import torch
-import torch._dynamo  # noqa: F401 - a process's first optimizer imports it (~1 s); forked workers inherit it
-import torch.multiprocessing as tmp
+
+
+def _own_inductor_cache() -> None:
+    """Importing `torch._dynamo` (a process's first optimizer does) creates its cache folder, by default
+    `torchinductor_<user>` in the temporary folder, and nothing removes it. Unless the caller chose a
+    folder (`TORCHINDUCTOR_CACHE_DIR`), use a private one, removed when this process exits normally;
+    children inherit the variable. A killed process (a notebook kernel) calls `remove_cache_dir()`."""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="course-torchinductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
+_own_inductor_cache()
+
+import torch._dynamo  # noqa: E402, F401 - the first optimizer imports it anyway; forked workers inherit it
+import torch.multiprocessing as tmp  # noqa: E402
 from torch import nn
 from torch.nn import functional as F
 
-from helpers.environment import default_start_method
-from helpers.processes import running
-from helpers.validate import positive_int
+from helpers import timing  # noqa: E402
+from helpers.environment import default_start_method, usable_cores  # noqa: E402
+from helpers.processes import running  # noqa: E402
+from helpers.validate import positive_int  # noqa: E402
 
 __all__ = [
     "Task",
@@ -37,12 +59,24 @@ __all__ = [
     "accuracy",
     "hogwild",
     "compare",
+    "in_this_process",
+    "Speeds",
+    "speed_table",
     "conflicts",
     "momentum_buffers",
     "train_worker",
+    "remove_cache_dir",
+    "scaled_wait",
 ]
 
-_WAIT = 60.0  # seconds: bound for the start barrier and for joining; spawn children import torch first
+_WAIT = 60.0  # seconds on an idle machine: bound for the start barrier and for joining (spawn imports torch)
+
+
+def scaled_wait(demand: float) -> float:
+    """`_WAIT`, stretched by how oversubscribed the machine is: (1-minute load average + the `demand` in
+    threads we are about to add) / usable cores, at least 1. At load 4 on 2 cores with 2 workers: 180 s.
+    A run that is merely slow must not be reported as hung."""
+    return _WAIT * max(1.0, (psutil.getloadavg()[0] + demand) / usable_cores())
 
 
 # ---- the task and the model ----------------------------------------------------------------------
@@ -211,7 +245,7 @@ def train_worker(
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     n = len(task.y_train)
     recent: list[float] = []
-    barrier.wait(_WAIT)
+    barrier.wait(scaled_wait(0))
     t0 = time.monotonic()
     step = 0
     while not stop.is_set():
@@ -248,14 +282,16 @@ def hogwild(
     start_method: str | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     time_limit: float | None = None,
-    timeout: float = _WAIT,
+    timeout: float | None = None,
 ) -> Run:
     """Train `model` on `task` with `processes` Hogwild workers and return what the parent sees.
 
     `share=False` skips `model.share_memory()` (the classic mistake); `optimizer`, if given, is built in
     the parent and handed to every worker (another one). `processes=1` is the single-process baseline,
     run by the same code. `time_limit` (seconds after the start barrier) sets the stop signal, so a slow
-    configuration ends early instead of holding up a class; `timeout` bounds every wait.
+    configuration ends early instead of holding up a class. `timeout` bounds every wait; by default it
+    grows with the machine's load (`scaled_wait`). A run that does not finish in it raises `TimeoutError`
+    (a worker still running, or not at the start barrier), one whose worker fails raises `RuntimeError`.
     """
     positive_int("processes", processes)
     if time_limit is not None and (
@@ -278,10 +314,15 @@ def hogwild(
     if share:
         model.share_memory()
     ctx = tmp.get_context(start_method or default_start_method())
+    if timeout is None:
+        timeout = scaled_wait(processes * (config.threads or torch.get_num_threads()))
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
     if ctx.get_start_method() == "fork" and config.threads != 1:
         raise ValueError(
             f"threads={config.threads} under fork: a forked child whose parent has run a parallel torch op hangs "
-            "in OpenMP at its first parallel op; use threads=1, or start_method='spawn' for more threads"
+            "in GNU OpenMP (libgomp) at its first parallel op; use threads=1, or start_method='spawn' for more "
+            "threads"
         )
     counter, stop, barrier = ctx.Value("l", 0), ctx.Event(), ctx.Barrier(processes + 1)
     log = torch.full((processes, config.steps), math.nan).share_memory_()
@@ -312,7 +353,10 @@ def hogwild(
                 proc.join(timeout)
             codes = [p.exitcode for p in procs]
             if None in codes:
-                raise RuntimeError(f"a Hogwild worker was still running after {timeout} s; it is being stopped")
+                raise TimeoutError(
+                    f"a Hogwild worker was still running {timeout:.0f} s after the start ({_load_now()}); "
+                    "it was stopped. Re-run with fewer steps or on a less busy machine"
+                )
             if any(code != 0 for code in codes):
                 raise RuntimeError(f"a Hogwild worker failed (exit codes {codes})")
         stopped_early = stop.is_set()
@@ -344,11 +388,18 @@ def _meet(barrier: Any, procs: list[Any], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while barrier.n_waiting < len(procs):
         codes = [p.exitcode for p in procs]
-        if any(code is not None for code in codes) or time.monotonic() > deadline:
+        if any(code is not None for code in codes):
             barrier.abort()
             raise RuntimeError(f"a Hogwild worker did not reach the start barrier (exit codes {codes})")
+        if time.monotonic() > deadline:
+            barrier.abort()
+            raise TimeoutError(f"the Hogwild workers were not all started after {timeout:.0f} s ({_load_now()})")
         time.sleep(0.002)
     barrier.wait(timeout)
+
+
+def _load_now() -> str:
+    return f"load average {psutil.getloadavg()[0]:.1f} on {usable_cores()} cores"
 
 
 def compare(
@@ -371,6 +422,152 @@ def compare(
         )
         for n in counts
     }
+
+
+def in_this_process(
+    config: Config | None = None,
+    task: Task | None = None,
+    model: nn.Module | None = None,
+    time_limit: float | None = None,
+) -> Run:
+    """The baseline a user would pick instead of Hogwild: one process (this one) running `train_worker`
+    with `config.threads` torch threads (None: torch's default, all cores), no child at all.
+
+    This process's torch thread count and global random state are restored afterwards. `time_limit`
+    stops the loop early (an oversubscribed machine can make threads very slow); samples/s then count the
+    steps taken.
+    """
+    config = Config(threads=None) if config is None else config
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a helpers.hogwild.Config, got {type(config).__name__}")
+    task = make_task() if task is None else task
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a helpers.hogwild.Task, got {type(task).__name__}")
+    model = make_model(task.x_train.shape[1], classes=task.classes) if model is None else model
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if time_limit is not None and (
+        isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or time_limit <= 0
+    ):
+        raise ValueError(f"time_limit must be a number of seconds > 0 or None, got {time_limit!r}")
+    ctx = tmp.get_context(default_start_method())
+    counter, stop, barrier = ctx.Value("l", 0), ctx.Event(), ctx.Barrier(1)
+    log = torch.full((1, config.steps), math.nan)
+    spans = torch.full((1, config.steps, 2), math.nan, dtype=torch.float64)
+    threads = torch.get_num_threads()
+    timer = threading.Timer(time_limit, stop.set) if time_limit is not None else None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            if timer is not None:
+                timer.start()
+            train_worker(0, model, task, config, counter, stop, barrier, log, spans)
+        stopped_early = stop.is_set()
+    finally:
+        if timer is not None:
+            timer.cancel()
+        torch.set_num_threads(threads)
+        del counter, stop, barrier
+        gc.collect()
+    steps = [int((~torch.isnan(log[0])).sum())]
+    ends = spans[..., 1]
+    return Run(
+        processes=1,
+        losses=log,
+        steps=steps,
+        spans=spans,
+        rows=None,
+        startup=0.0,
+        seconds=float(ends[~torch.isnan(ends)].max()) if steps[0] else 0.0,
+        accuracy=accuracy(model, task),
+        model=model,
+        stopped_early=stopped_early,
+        batch_size=config.batch_size,
+        start_method="none (this process)",
+    )
+
+
+@dataclass
+class Speeds:
+    """Repeated, interleaved speed runs: `runs[n]` holds one Hogwild run with n processes per round,
+    `threaded` one run per round of a single process with all of `threads` torch threads (in this process),
+    `load` what other programs did meanwhile."""
+
+    runs: dict[int, list[Run]]
+    threaded: list[Run]
+    threads: int
+    load: timing.Load | None = None
+    rounds: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rounds = len(self.runs[1])
+
+    def speedup(self, processes: int) -> timing.Spread:
+        """Samples/s of `processes` Hogwild processes over one process at 1 thread, round by round."""
+        return _ratios(self.runs[processes], self.runs[1])
+
+    def threaded_speedup(self) -> timing.Spread:
+        """Samples/s of one process with all threads over one process with 1 thread, round by round."""
+        return _ratios(self.threaded, self.runs[1])
+
+    def versus_threaded(self, processes: int) -> timing.Spread:
+        """Samples/s of `processes` Hogwild processes over one process with all threads: > 1, Hogwild wins."""
+        return _ratios(self.runs[processes], self.threaded)
+
+
+def _ratios(top: list[Run], bottom: list[Run]) -> timing.Spread:
+    """Median and range of samples/s ratios of runs taken in the same round."""
+    return timing.spread(a.samples_per_s / b.samples_per_s for a, b in zip(top, bottom, strict=True))
+
+
+def speed_table(
+    counts: list[int],
+    config: Config | None = None,
+    task: Task | None = None,
+    rounds: int = 3,
+    threads: int | None = None,
+    start_method: str | None = None,
+) -> Speeds:
+    """`rounds` rounds of: Hogwild with each count in `counts` (1 thread per process) and one process with
+    `threads` threads (default: all usable cores) in this process, all on the same budget from the same
+    weights. Rounds are interleaved, so a burst of load slows one round of every configuration instead of
+    all runs of one; compare medians, and read the spread as the noise."""
+    if not isinstance(counts, (list, tuple)) or 1 not in counts:
+        raise ValueError(f"counts must be a list of process counts that includes 1 (the baseline), got {counts!r}")
+    for count in counts:
+        positive_int("counts[...]", count)
+    positive_int("rounds", rounds)
+    threads = usable_cores() if threads is None else threads
+    positive_int("threads", threads)
+    config = Config(steps=4_000) if config is None else config
+    if config.threads != 1:
+        raise ValueError(f"config.threads must be 1 (one thread per Hogwild process), got {config.threads!r}")
+    task = make_task() if task is None else task
+    runs: dict[int, list[Run]] = {n: [] for n in counts}
+    threaded: list[Run] = []
+    threaded_config = Config(**{**config.__dict__, "threads": threads})
+    with timing.measure_load() as load:
+        for _ in range(rounds):
+            for n in counts:
+                model = make_model(task.x_train.shape[1], classes=task.classes)
+                runs[n].append(hogwild(n, config, task=task, model=model, start_method=start_method))
+            # On a busy machine OpenMP threads can crawl (they spin waiting for each other): stop at twice
+            # the time of the 1-thread run; samples/s then count the steps taken.
+            limit = 0.5 + 2 * runs[1][-1].seconds
+            threaded.append(in_this_process(threaded_config, task=task, time_limit=limit))
+    return Speeds(runs=runs, threaded=threaded, threads=threads, load=load.result)
+
+
+def remove_cache_dir() -> str | None:
+    """Remove torch's inductor cache folder (see `_own_inductor_cache`) if it is in the temporary folder;
+    return its name, or None when there was nothing of ours to remove. Call it when no more children
+    will start: a spawn child importing torch._dynamo would create it again."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not folder or not os.path.isdir(folder):
+        return None
+    if os.path.commonpath([os.path.abspath(folder), tempfile.gettempdir()]) != tempfile.gettempdir():
+        return None  # the user's own choice: not ours to remove
+    shutil.rmtree(folder, ignore_errors=True)
+    return os.path.basename(folder)
 
 
 # ---- collisions ----------------------------------------------------------------------------------

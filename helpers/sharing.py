@@ -41,6 +41,8 @@ __all__ = [
     "is_shared_after_put",
     "join_before_drain",
     "count_with_value",
+    "increment",
+    "produce_one",
     "shared_loss_log",
     "dataloader_keeping_batches",
     "fd_count",
@@ -49,6 +51,7 @@ __all__ = [
     "count_with_function",
     "file_system_lifecycle",
     "fill_array",
+    "remove_temp_dir",
 ]
 
 _WAIT = 60.0  # seconds: generous bound for any single get/join; spawn children import torch first
@@ -299,7 +302,8 @@ def strategy_in_spawn_child() -> dict[str, str]:
 # ---- producer lifetime, buffer reuse, queues ------------------------------------------------------
 
 
-def _produce_one(queue: Any, done: Any | None) -> None:
+def produce_one(queue: Any, done: Any | None) -> None:
+    """Child: put one tensor on `queue`, then (unless `done` is None) wait until the consumer sets `done`."""
     torch.set_num_threads(1)
     queue.put(torch.arange(4.0))
     if done is not None:
@@ -310,7 +314,7 @@ def early_exit_producer(wait_for_consumer: bool) -> str:
     """The producer sends one tensor and exits at once (or waits on an Event); then we receive it."""
     ctx = _ctx()
     queue, done = ctx.Queue(), ctx.Event()
-    producer = ctx.Process(target=_produce_one, args=(queue, done if wait_for_consumer else None))
+    producer = ctx.Process(target=produce_one, args=(queue, done if wait_for_consumer else None))
     with running([producer], timeout=_WAIT):
         if not wait_for_consumer:
             producer.join(_WAIT)  # the producer is gone before we unpickle the tensor
@@ -432,7 +436,8 @@ def join_before_drain(kind: str, nbytes: int = 8 * 2**20, drain_first: bool = Fa
 # ---- Value, Array, locks, and a shared log ---------------------------------------------------------
 
 
-def _increment(counter: Any, barrier: Any, times: int, use_lock: bool) -> None:
+def increment(counter: Any, barrier: Any, times: int, use_lock: bool) -> None:
+    """Child: wait for the others on `barrier`, then add 1 to `counter` `times` times (under its lock or not)."""
     barrier.wait(_WAIT)
     for _ in range(times):
         if use_lock:
@@ -442,14 +447,19 @@ def _increment(counter: Any, barrier: Any, times: int, use_lock: bool) -> None:
             counter.value += 1  # read, add, write: another process can write in between
 
 
-def count_with_value(use_lock: bool, workers: int = 4, times: int = 10_000) -> int:
-    """Workers increment one shared `mp.Value` `times` times each, starting together on a Barrier."""
+def count_with_value(use_lock: bool, workers: int = 4, times: int = 50_000) -> int:
+    """Workers increment one shared `mp.Value` `times` times each, starting together on a Barrier.
+
+    Why so many: a worker does 5,000 increments in a few milliseconds, less than one time slice of the
+    scheduler, so on a busy machine the workers often run one after the other and an unlocked count comes
+    out exact. 50,000 each, started together, lost updates in 20 runs of 20 on 2 cores with a busy loop on
+    each core."""
     positive_int("workers", workers)
     positive_int("times", times)
     ctx = default_context()
     counter = ctx.Value("i", 0)
     barrier = ctx.Barrier(workers)
-    procs = [ctx.Process(target=_increment, args=(counter, barrier, times, use_lock)) for _ in range(workers)]
+    procs = [ctx.Process(target=increment, args=(counter, barrier, times, use_lock)) for _ in range(workers)]
     with running(procs, timeout=_WAIT):
         pass
     total = counter.value
@@ -537,21 +547,22 @@ def collect_from_producer(collect: Any, nbytes: int = 8 * 2**20) -> str:
     return "got the array and joined the producer" if joined else "got the array, but the producer was not joined"
 
 
-def _increment_with(increment: Any, counter: Any, barrier: Any, times: int) -> None:
+def _increment_with(step: Any, counter: Any, barrier: Any, times: int) -> None:
     barrier.wait(_WAIT)
     for _ in range(times):
-        increment(counter)
+        step(counter)
 
 
-def count_with_function(increment: Any, workers: int = 4, times: int = 5_000) -> int:
-    """Like `count_with_value`, with the increment written by the learner (needs fork to reach them)."""
-    if not callable(increment):
-        raise TypeError(f"increment must be a function counter -> None, got {type(increment).__name__}")
+def count_with_function(step: Any, workers: int = 4, times: int = 50_000) -> int:
+    """Like `count_with_value`, with the increment `step(counter)` written by the learner (needs fork to
+    reach the workers)."""
+    if not callable(step):
+        raise TypeError(f"step must be a function counter -> None, got {type(step).__name__}")
     positive_int("workers", workers)
     positive_int("times", times)
     ctx = mp.get_context("fork")
     counter, barrier = ctx.Value("i", 0), ctx.Barrier(workers)
-    procs = [ctx.Process(target=_increment_with, args=(increment, counter, barrier, times)) for _ in range(workers)]
+    procs = [ctx.Process(target=_increment_with, args=(step, counter, barrier, times)) for _ in range(workers)]
     with running(procs, timeout=_WAIT):
         pass
     return counter.value
@@ -583,12 +594,31 @@ def file_system_lifecycle(crash: bool, wait: float = 10.0) -> dict[str, bool]:
             return [name for name in os.listdir("/dev/shm") if name.startswith(f"torch_{pid}_")]
 
         while_alive = bool(files())
+        own_session = _manager_leads_own_session(child.pid)
         release.set()
         child.join(_WAIT)
     deadline = time.monotonic() + wait
     while files() and time.monotonic() < deadline:
         time.sleep(0.1)
-    return {"a torch_* file in /dev/shm while the child lives": while_alive, "gone after it ended": not files()}
+    return {
+        "a torch_* file in /dev/shm while the child lives": while_alive,
+        "torch_shm_manager leads its own session (setsid)": own_session,
+        "gone after it ended": not files(),
+    }
+
+
+def _manager_leads_own_session(pid: int) -> bool:
+    """Whether the `torch_shm_manager` started by process `pid` called setsid(): its session id is its
+    own pid, so signals to our session or process group do not reach it."""
+    import psutil
+
+    for proc in psutil.Process(pid).children():
+        try:
+            if proc.name().startswith("torch_shm_manag"):  # Linux truncates names to 15 characters
+                return os.getsid(proc.pid) == proc.pid != os.getsid(0)
+        except psutil.Error:
+            continue
+    return False
 
 
 def _fill_slot(array: Any, rank: int) -> None:
@@ -604,3 +634,23 @@ def fill_array(workers: int = 2) -> list[float]:
     with running(procs, timeout=_WAIT):
         pass
     return list(array)
+
+
+def remove_temp_dir() -> bool:
+    """Remove this process's `pymp-*` folder now, instead of at a normal exit; True if there was one.
+
+    The first tensor this process sends under `file_descriptor` starts multiprocessing's resource sharer:
+    a thread listening on a Unix socket in a `pymp-*` folder of the temporary folder, from which receivers
+    fetch the descriptors. Python removes the folder at a normal exit; a killed process (a Jupyter kernel
+    killed by its test runner, a job killed by its scheduler) leaves it behind. Call this only once every
+    tensor sent has been received: it stops the sharer, and the next send starts a new one.
+    """
+    from multiprocessing import resource_sharer, util
+
+    resource_sharer.stop(timeout=5)
+    removed = False
+    for finalizer in list(util._finalizer_registry.values()):  # CPython's own "remove the folder at exit"
+        if getattr(finalizer, "_callback", None) is util._remove_temp_dir:
+            finalizer()  # runs it once, now, and unregisters it
+            removed = True
+    return removed

@@ -1,7 +1,6 @@
 import multiprocessing as mp
 
 import pytest
-import torch
 
 from helpers import checks
 
@@ -10,74 +9,6 @@ def test_verdict_is_truthy_only_when_right_and_reads_as_one_line():
     good, bad = checks.verdict(True, "well done", "try again"), checks.verdict(False, "well done", "try again")
     assert bool(good) is True and repr(good) == "Correct: well done"
     assert bool(bad) is False and repr(bad) == "Not yet: try again"
-
-
-def test_keep_received_checker():
-    assert not checks.keep_received(None)
-    assert not checks.keep_received(lambda t: t)
-    assert checks.keep_received(lambda t: t.clone())
-    with pytest.raises(TypeError):
-        checks.keep_received("clone")
-
-
-def test_collect_checker():
-    def wrong(queue, process):
-        process.join()
-        return queue.get(timeout=10)
-
-    def right(queue, process):
-        item = queue.get(timeout=10)
-        process.join(10)
-        return item
-
-    assert not checks.collect(None)
-    result = checks.collect(wrong)
-    assert not result and "hung" in repr(result)
-    assert checks.collect(right)
-
-
-def test_exact_counter_checker():
-    def unlocked(counter):
-        counter.value += 1
-
-    def locked(counter):
-        with counter.get_lock():
-            counter.value += 1
-
-    def double(counter):
-        with counter.get_lock():
-            counter.value += 2
-
-    assert not checks.exact_counter(None)
-    assert checks.exact_counter(locked)
-    assert not checks.exact_counter(double)
-    assert not checks.exact_counter(unlocked)
-
-
-@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the checker pins fork")
-def test_shared_model_checker():
-    assert not checks.shared_model(None)
-    assert not checks.shared_model(lambda model: None)
-    assert checks.shared_model(lambda model: model.share_memory())
-    with pytest.raises(TypeError):
-        checks.shared_model("model.share_memory()")
-
-
-@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the checker pins fork")
-def test_shared_momentum_checker():
-    def private(optimizer):
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
-
-    def shared(optimizer):
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p).share_memory_()
-
-    assert not checks.shared_momentum(lambda optimizer: None)
-    assert not checks.shared_momentum(private)
-    assert checks.shared_momentum(shared)
 
 
 def test_imap_pipeline_checker():

@@ -165,3 +165,59 @@ def test_conflicts_sparse_fewer_than_dense():
 def test_compare_runs_each_count_on_the_same_budget(task):
     runs = hogwild.compare([1, 2], hogwild.Config(steps=600), task=task)
     assert list(runs) == [1, 2] and all(sum(r.steps) == 600 for r in runs.values())
+
+
+def test_a_run_that_outlasts_its_timeout_raises_timeout_error(task):
+    with pytest.raises(TimeoutError):  # still running, or (on a very busy machine) not yet at the barrier
+        hogwild.hogwild(1, hogwild.Config(steps=2_000_000), task=task, timeout=1)
+
+
+def test_timeouts_scale_with_the_load():
+    from helpers.environment import usable_cores
+
+    assert hogwild.scaled_wait(0) >= 60
+    assert hogwild.scaled_wait(4 * usable_cores()) >= 4 * 60
+
+
+def test_in_this_process_restores_threads_and_random_state(task):
+    threads = torch.get_num_threads()
+    state = torch.random.get_rng_state()
+    run = hogwild.in_this_process(hogwild.Config(steps=300, threads=1), task=task)
+    assert run.steps == [300] and run.startup == 0 and run.samples_per_s > 0
+    assert torch.get_num_threads() == threads and torch.equal(torch.random.get_rng_state(), state)
+    limited = hogwild.in_this_process(hogwild.Config(steps=10_000_000, threads=1), task=task, time_limit=0.5)
+    assert limited.stopped_early and 0 < limited.steps[0] < 10_000_000
+    with pytest.raises(ValueError, match="time_limit"):
+        hogwild.in_this_process(time_limit=0)
+
+
+def test_speed_table_interleaves_rounds_and_reports_spreads(task):
+    speeds = hogwild.speed_table([1, 2], hogwild.Config(steps=300), task=task, rounds=2, threads=2)
+    assert speeds.rounds == 2 and [len(rs) for rs in speeds.runs.values()] == [2, 2] and len(speeds.threaded) == 2
+    for spread in (speeds.speedup(2), speeds.threaded_speedup(), speeds.versus_threaded(2)):
+        assert spread.n == 2 and 0 < spread.low <= spread.median <= spread.high
+    assert speeds.load is not None and speeds.load.cores >= 1
+    with pytest.raises(ValueError, match="includes 1"):
+        hogwild.speed_table([2, 4], task=task)
+    with pytest.raises(ValueError, match="threads"):
+        hogwild.speed_table([1], hogwild.Config(threads=2), task=task)
+
+
+def test_the_inductor_cache_folder_is_private_and_removable(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    assert "TORCHINDUCTOR_CACHE_DIR" in os.environ  # set before torch._dynamo was imported
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = tmp_path / "course-torchinductor-test"
+    folder.mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(folder))
+    assert hogwild.remove_cache_dir() == folder.name and not folder.exists()
+    assert hogwild.remove_cache_dir() is None
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-users-own"
+    elsewhere.mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(elsewhere))
+    try:
+        assert hogwild.remove_cache_dir() is None and elsewhere.exists()  # not in the temp folder: kept
+    finally:
+        elsewhere.rmdir()

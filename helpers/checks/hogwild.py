@@ -54,21 +54,28 @@ def shared_momentum(share_state: Any) -> Verdict:
     except Exception as exc:  # noqa: BLE001
         return verdict(False, "", f"share_state(optimizer) raised {type(exc).__name__}: {exc}")
     params = sum(len(group["params"]) for group in optimizer.param_groups)
-    run = hogwild.hogwild(
-        2, hogwild.Config(steps=600), task=task, model=model, optimizer=optimizer, start_method="fork"
-    )
-    state = hogwild.momentum_buffers(optimizer)
-    if state["buffers"] < params:
+    # Checked before training: buffers the parent does not hold, or holds in private memory, cannot
+    # receive the forked workers' updates (each worker's optimizer is a copy-on-write copy).
+    before = hogwild.momentum_buffers(optimizer)
+    if before["buffers"] < params:
         return verdict(
             False,
             "",
-            f"the parent's optimizer has momentum buffers for {state['buffers']} of {params} parameters: SGD "
+            f"the parent's optimizer has momentum buffers for {before['buffers']} of {params} parameters: SGD "
             "creates them lazily, at the first step, inside each worker. Create one per parameter in the parent.",
         )
-    if not state["shared"] or state["norm"] == 0:
+    if not before["shared"]:
         return verdict(
             False, "", "the buffers exist but the workers' updates never reached them: put them in shared memory."
         )
+    try:
+        run = hogwild.hogwild(
+            2, hogwild.Config(steps=600), task=task, model=model, optimizer=optimizer, start_method="fork"
+        )
+    except RuntimeError as exc:
+        return verdict(False, "", f"training with these buffers failed: {exc}. Are they shaped like the parameters?")
+    if hogwild.momentum_buffers(optimizer)["norm"] == 0:
+        return verdict(False, "", "the shared buffers stayed zero: the workers did not update them in place.")
     if run.accuracy < 80:
         return verdict(False, "", f"the buffers are shared, but the model reaches only {run.accuracy:.0f} %.")
     return verdict(True, f"one set of {params} shared momentum buffers, updated in place by both workers.", "")

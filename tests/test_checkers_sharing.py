@@ -1,0 +1,131 @@
+"""Checkers of notebook 02: the unedited placeholder and the typical wrong answer get "Not yet" every time,
+the solution gets "Correct" every time (20 calls each), so neither luck nor the scheduler decides."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+
+from helpers import checks, sharing
+
+pytestmark = pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the checkers pin fork")
+TIMES = 20
+
+
+def _all(fn, answer, start: str, **kwargs) -> None:
+    for i in range(TIMES):
+        result = fn(answer, **kwargs)
+        assert repr(result).startswith(start), f"call {i + 1} of {TIMES}: {result!r}"
+        assert bool(result) is (start == "Correct")
+
+
+# Exercise 1: keep 200 received tensors with 48 spare file descriptors.
+
+
+def keep_placeholder(tensor):
+    return tensor  # the notebook's placeholder: keeps the shared tensor and its descriptor
+
+
+def keep_solution(tensor):
+    return tensor.clone()
+
+
+def test_keep_received_placeholder_is_not_yet_every_time():
+    _all(checks.keep_received, keep_placeholder, "Not yet")
+
+
+def test_keep_received_solution_is_correct_every_time():
+    _all(checks.keep_received, keep_solution, "Correct")
+
+
+def test_keep_received_refuses_a_non_function():
+    assert not checks.keep_received(None)
+    with pytest.raises(TypeError):
+        checks.keep_received("clone")
+
+
+# Exercise 2: collect an 8 MB array without deadlock.
+
+
+def collect_placeholder(queue, process):
+    process.join()  # the notebook's placeholder: joins before draining, the typical mistake
+    return queue.get(timeout=10)
+
+
+def collect_solution(queue, process):
+    item = queue.get(timeout=10)
+    process.join(timeout=10)
+    return item
+
+
+def test_collect_placeholder_hangs_and_is_not_yet_every_time():
+    # Joining first deadlocks every time; a 2 s watchdog only makes each call fail sooner.
+    _all(checks.collect, collect_placeholder, "Not yet: it hung", timeout=2)
+
+
+def test_collect_solution_is_correct_every_time():
+    _all(checks.collect, collect_solution, "Correct")
+
+
+# Exercise 3: an exact shared counter.
+
+
+def increment_placeholder(counter):
+    counter.value += 1  # the notebook's placeholder: read, add, write without the lock
+
+
+def increment_two_acquisitions(counter):
+    with counter.get_lock():
+        value = counter.value
+    with counter.get_lock():  # another process can write between the two
+        counter.value = value + 1
+
+
+def increment_by_two(counter):
+    with counter.get_lock():
+        counter.value += 2
+
+
+def increment_solution(counter):
+    with counter.get_lock():
+        counter.value += 1
+
+
+def increment_with_the_value_itself(counter):
+    with counter:  # a synchronized Value is its own context manager, holding the same lock
+        counter.value += 1
+
+
+def test_exact_counter_placeholder_is_not_yet_every_time():
+    _all(checks.exact_counter, increment_placeholder, "Not yet")
+
+
+@pytest.mark.parametrize("wrong", [increment_two_acquisitions, increment_by_two])
+def test_exact_counter_other_wrong_answers(wrong):
+    _all(checks.exact_counter, wrong, "Not yet")
+
+
+def test_exact_counter_solution_is_correct_every_time():
+    _all(checks.exact_counter, increment_solution, "Correct")
+
+
+def test_exact_counter_accepts_the_value_as_its_own_lock():
+    assert checks.exact_counter(increment_with_the_value_itself)
+
+
+def test_the_race_itself_loses_updates_every_time():
+    # The checker's second half must catch what its stand-in counter might not: the unlocked increment,
+    # 4 x 50,000 started on a barrier, loses updates in every run.
+    for i in range(TIMES):
+        total = sharing.count_with_function(increment_placeholder, workers=4, times=50_000)
+        assert total < 200_000, f"run {i + 1}: no update lost"
+
+
+def test_exact_counter_reports_a_raising_answer():
+    def broken(counter):
+        raise KeyError("oops")
+
+    result = checks.exact_counter(broken)
+    assert not result and "KeyError" in repr(result)
+    assert not checks.exact_counter(None)
