@@ -47,16 +47,21 @@ def _text(outputs: list) -> str:
 def test_learner_edition_runs_and_every_checker_says_not_yet(edition, name):
     path = edition / name
     nb = nbformat.read(path, as_version=4)
+    km = KernelManager(kernel_name="python3", kernel_spec_manager=_ThisInterpreter())
     client = NotebookClient(
         nb,
-        km=KernelManager(kernel_name="python3", kernel_spec_manager=_ThisInterpreter()),
+        km=km,
         timeout=CELL_TIMEOUT,
         allow_errors=True,  # cells marked NBVAL_RAISES_EXCEPTION raise on purpose; the rest are checked below
         resources={"metadata": {"path": str(edition)}},
         record_timing=False,
         store_widget_state=False,
     )
-    client.execute()
+    try:
+        client.execute()
+    finally:
+        if km.has_kernel:  # nbclient shuts down only kernels it started itself, not one we handed it
+            km.shutdown_kernel()
     checkers = 0
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
