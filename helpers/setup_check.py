@@ -519,7 +519,7 @@ def _py_spy_path() -> str | None:
     return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
-def check_py_spy(spy: str | None, scope: int | None, timeout: float = 15.0) -> Result:
+def check_py_spy(spy: str | None, scope: int | None, timeout: float = 15.0, python: str = sys.executable) -> Result:
     """`py-spy dump --pid` of a sibling Python process, as chapter 06 runs it.
 
     Without ptrace permission py-spy suggests sudo, which does not help in a container without
@@ -528,11 +528,13 @@ def check_py_spy(spy: str | None, scope: int | None, timeout: float = 15.0) -> R
     if spy is None or not Path(spy).exists():
         return Result("FAIL", "py-spy", "not installed", "run make setup (py-spy is pinned in requirements.txt)")
     target = subprocess.Popen(
-        [sys.executable, "-c", _TARGET], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        [python, "-c", _TARGET], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
     try:
         assert target.stdout is not None
-        target.stdout.readline()  # the interpreter is up and inside the function
+        if not target.stdout.readline():  # the interpreter is up and inside the function, or it died
+            fix = "run make setup again (this Python could not run a one-line script)"
+            return Result("FAIL", "py-spy", f"the target process exited with code {target.wait(5)}", fix)
         done = subprocess.run([spy, "dump", "--pid", str(target.pid)], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         done = None
@@ -652,7 +654,10 @@ def run_checks(emit: Callable[[Result], None] = lambda r: None) -> list[Result]:
     inside = in_course_venv()
     has_torch = _has("torch")
     full = inside or has_torch
-    pins = pinned_versions() if (REPO / "requirements.txt").is_file() else {}
+    try:
+        pins = pinned_versions()
+    except (OSError, UnicodeDecodeError):  # no readable requirements.txt: compare with nothing
+        pins = {}
     checks: list[tuple[str, Callable[[], Result]]] = [
         ("Python", check_python),
         ("environment", lambda: check_venv(inside, has_torch)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import socket
@@ -194,12 +195,23 @@ def test_cores():
 # ------------------------------------------------------------------------------------ start methods
 
 
+def _children() -> set[int]:
+    """Live children, without multiprocessing's resource tracker (the first spawn starts it for good)."""
+    import psutil
+
+    alive = set()
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
+                alive.add(child.pid)
+    return alive
+
+
 def test_a_child_that_does_not_answer_in_time_fails_and_is_killed():
-    before = {p.pid for p in __import__("psutil").Process().children()}
+    before = _children()
     result = sc.check_start_methods(timeout=0.001, methods=("spawn",))
     assert result.status == "FAIL" and "no answer within" in result.detail
-    after = {p.pid for p in __import__("psutil").Process().children() if p.status() != "zombie"}
-    assert not (after - before), "the check left its child running"
+    assert not (_children() - before), "the check left its child running"
 
 
 def test_a_missing_method_is_named():
@@ -309,6 +321,12 @@ def test_py_spy_with_yama_scope_1_says_children_only(tmp_path):
     result = sc.check_py_spy(spy, sc.ptrace_scope(tmp_path / "scope"))
     assert result.status == "WARN" and "ptrace_scope is 1" in result.detail and "ptrace_scope=0" in result.fix
     assert sc.ptrace_scope(tmp_path / "missing") is None
+
+
+def test_py_spy_target_that_cannot_start_fails(tmp_path):
+    spy = _script(tmp_path / "py-spy", "exit 0")
+    result = sc.check_py_spy(spy, None, python=_script(tmp_path / "python", "exit 3"))
+    assert result.status == "FAIL" and "exited with code 3" in result.detail
 
 
 def test_py_spy_missing_fails(tmp_path):
