@@ -606,7 +606,8 @@ def check_jupyter(
             "FAIL",
             "Jupyter",
             f"{detail}; no widgets extension (@jupyter-widgets/jupyterlab-manager) in the labextension paths",
-            "reinstall ipywidgets in .venv (pip install --force-reinstall widgetsnbextension jupyterlab_widgets)",
+            "reinstall the package that ships it: .venv/bin/python -m pip install --force-reinstall --no-deps "
+            "jupyterlab_widgets",
         )
     if any("pinned" in part for part in found):
         return Result("WARN", "Jupyter", f"{detail}; widgets extension found", "run make setup to install the pins")
