@@ -13,6 +13,14 @@ re-imports this module by name, hence the main guard at the bottom.
 
 from __future__ import annotations
 
+import sys
+
+# The system Python that runs this file on a fresh clone may predate the package's minimum: an old one gets
+# a FAIL line before importing what it lacks (3.7 has no importlib.metadata), not a traceback.
+if sys.version_info < (3, 8):  # noqa: UP036 - run by system Pythons older than the package's minimum
+    print(f"FAIL  Python           {sys.version.split()[0]} is too old\n{'':23}fix: install Python 3.10 or newer")
+    sys.exit(1)
+
 import importlib.metadata
 import math
 import multiprocessing as mp
@@ -21,7 +29,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterable, Sequence
