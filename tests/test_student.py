@@ -1,0 +1,108 @@
+"""`make student`: the learner edition keeps every lesson cell and no solution (fast, structural checks).
+
+Running the learner edition top to bottom is `tests/run_student.py` (slow: about one pass of the notebooks),
+selected on purpose, not collected by default.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers import student
+
+NOTEBOOKS = sorted(student.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("edition") / "student"
+    student.build(out)
+    return out
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def test_every_notebook_is_written_with_a_readme(edition):
+    assert sorted(p.name for p in edition.glob("*.ipynb")) == [p.name for p in NOTEBOOKS]
+    assert "make student" in (edition / student.MARKER).read_text()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_solutions_become_notes_and_everything_else_stays(edition, path):
+    original, learner = _cells(path), _cells(edition / path.name)
+    assert len(original) == len(learner)
+    solutions = 0
+    for before, after in zip(original, learner, strict=True):
+        if student.is_solution(before):
+            solutions += 1
+            assert after["cell_type"] == "markdown" and _source(after) == student.NOTE
+        else:
+            assert (after["cell_type"], _source(after)) == (before["cell_type"], _source(before))
+    assert solutions >= 2, "each notebook has at least two exercises"
+    assert not any(student.is_solution(c) for c in learner)
+    assert not any("solution_" in _source(c) for c in learner), "a cell outside a solution names a solution_*"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_outputs_are_cleared_and_checkers_kept(edition, path):
+    learner = _cells(edition / path.name)
+    code = [c for c in learner if c["cell_type"] == "code"]
+    assert all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    checkers = [c for c in code if _source(c).lstrip().startswith("checks.")]
+    assert len(checkers) == sum(_source(c) == student.NOTE for c in learner)
+    nbformat.validate(nbformat.read(edition / path.name, as_version=4))
+
+
+def test_keep_outputs_keeps_the_stored_outputs(tmp_path):
+    path = student.build(tmp_path / "kept", keep_outputs=True)[0]
+    kept = [c for c in _cells(path) if c["cell_type"] == "code"]
+    stored = [c for c in _cells(NOTEBOOKS[0]) if c["cell_type"] == "code" and not student.is_solution(c)]
+    assert [c["outputs"] for c in kept] == [c["outputs"] for c in stored]
+
+
+def test_recognises_solutions_by_structure_not_position():
+    hidden = nbformat.v4.new_code_cell("x = 1", metadata={"jupyter": {"source_hidden": True}})
+    named = nbformat.v4.new_code_cell("  # Solution: because\ny = 2")
+    plain = nbformat.v4.new_code_cell("checks.thing(my_thing)")
+    note = nbformat.v4.new_markdown_cell("# Solution")
+    assert student.is_solution(hidden) and student.is_solution(named)
+    assert not student.is_solution(plain) and not student.is_solution(note)
+    with pytest.raises(TypeError, match="cell"):
+        student.is_solution("# Solution")
+    nb = nbformat.v4.new_notebook(cells=[plain, hidden, named])
+    assert [c.cell_type for c in student.learner_notebook(nb).cells] == ["code", "markdown", "markdown"]
+
+
+def test_rebuild_replaces_an_edition_but_never_a_foreign_folder(tmp_path):
+    out = tmp_path / "student"
+    student.build(out)
+    (out / "stale.ipynb").write_text("{}")
+    student.build(out)
+    assert not (out / "stale.ipynb").exists()
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="out:"):
+        student.build(foreign)
+    assert (foreign / "notes.txt").read_text() == "keep me"
+    with pytest.raises(ValueError, match="out must differ"):
+        student.build(student.NOTEBOOKS)
+    with pytest.raises(ValueError, match="source"):
+        student.build(tmp_path / "x", source=tmp_path)
+
+
+def test_command_line(tmp_path, capsys):
+    assert student.main(["--out", str(tmp_path / "s")]) == 0
+    assert "outputs cleared" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        student.main(["--out", str(student.NOTEBOOKS)])
