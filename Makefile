@@ -7,6 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LAB_ARGS ?=
+LAB_DIR  ?= notebooks
 # torch: on Linux x86_64 the CPU build from PyTorch's CPU index (PyPI's default there is a CUDA build of
 # several GB). TORCH_BUILD=default takes PyPI's build instead, e.g. `make lab TORCH_BUILD=default` on a
 # machine with an NVIDIA GPU (delete .venv first if it already exists).
@@ -18,7 +19,7 @@ export TORCH_BUILD
 USER_ID   ?= $(shell id -u)
 ROOT_ARGS ?= $(if $(filter 0,$(USER_ID)),--allow-root)
 
-.PHONY: lab test test-under-load notebooks lint setup clean
+.PHONY: lab test test-under-load notebooks lint setup clean check student
 
 setup: $(STAMP)
 
@@ -32,11 +33,22 @@ $(STAMP): requirements.txt pyproject.toml tools/install_torch.py
 
 lab: $(STAMP)
 	@if [ -n "$(ROOT_ARGS)" ]; then echo "make lab: running as root, so JupyterLab is started with $(ROOT_ARGS)"; fi
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(ROOT_ARGS) $(LAB_ARGS)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(LAB_DIR) $(ROOT_ARGS) $(LAB_ARGS)
 
-# Unit tests, hygiene and lint plus every notebook under the platform's default start method, then the
-# notebooks with spawn (macOS, Windows) and with forkserver (Linux from Python 3.14) as the default:
-# side by side where each pass can get a /dev/shm of its own, else one after another (tests/passes.py).
+# Is this machine ready for the course? Under 30 s, installs nothing: without .venv the checks that need
+# only the standard library run with the system Python, and it says "run make setup first".
+check:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m helpers.setup_check; else $(PYTHON) helpers/setup_check.py; fi
+
+# The learner edition in student/ (git-ignored): solutions replaced by a note, outputs cleared.
+# Open it with `make lab LAB_DIR=student`.
+student: $(STAMP)
+	$(BIN)/python -m helpers.student
+
+# Unit tests, hygiene and lint plus every notebook under the platform's default start method, the
+# learner edition with spawn as the default (macOS, Windows), and the notebooks with forkserver as the
+# default (Linux from Python 3.14): side by side where each pass can get a /dev/shm of its own, else one
+# after another (tests/passes.py).
 test: $(STAMP)
 	$(BIN)/python tests/passes.py
 

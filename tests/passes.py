@@ -2,7 +2,8 @@
 
 `make test` validates every notebook under each start method a learner's platform may default to: the
 platform's own (fork on Linux up to Python 3.13; it also runs the unit tests, the hygiene checks and lint),
-spawn (macOS, Windows) and forkserver (Linux from Python 3.14). One pass after another takes longer than a
+spawn (macOS, Windows; this pass runs the learner edition of `make student`, see `default_passes`) and
+forkserver (Linux from Python 3.14). One pass after another takes longer than a
 maintainer waits, yet most of a notebook's time is spent waiting (on children importing torch, on hang
 demos' deadlines), so the passes run concurrently when each can get a /dev/shm of its own: the suite's
 hygiene check fails on any shared-memory file left behind, and one pass must not see another's live files.
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+STUDENT_CHECK = "build/student_check"  # git-ignored
 SUMMARY = re.compile(r"=+ (?P<body>.*\d+ (passed|failed|error).*) in [\d.]+s")
 
 
@@ -45,14 +47,29 @@ def default_passes() -> list[Pass]:
 
     passes = [Pass("default start method: unit tests, hygiene, lint, notebooks", ["-m", "pytest", "--nbval"])]
     methods = mp.get_all_start_methods()
-    for method in ("spawn", "forkserver"):
-        if method in methods:
-            passes.append(
-                Pass(f"notebooks, {method} as the default", ["-m", "pytest", "--nbval", "notebooks"], f"force_{method}")
-            )
-        else:
-            print(f"passes: no {method} start method on this platform; that pass is skipped", flush=True)
+    if "spawn" in methods:
+        # The learner edition (`make student`: solutions replaced by a note) with its stored outputs, strictly:
+        # every other cell is checked under spawn, the edition a learner gets is proven to run, and each
+        # checker's stored "Not yet" for the unedited placeholder must come out again. The solutions run in
+        # the other two passes, and the checker tests feed each solution to its checker.
+        passes.append(
+            Pass("learner edition, spawn as the default", ["-m", "pytest", "--nbval", STUDENT_CHECK], "force_spawn")
+        )
+    if "forkserver" in methods:
+        passes.append(
+            Pass("notebooks, forkserver as the default", ["-m", "pytest", "--nbval", "notebooks"], "force_forkserver")
+        )
+    for method in sorted({"spawn", "forkserver"} - set(methods)):
+        print(f"passes: no {method} start method on this platform; its pass is skipped", flush=True)
     return passes
+
+
+def build_learner_edition() -> None:
+    """Write the learner edition, stored outputs kept, where the spawn pass validates it."""
+    subprocess.run(
+        [sys.executable, "-m", "helpers.student", "--keep-outputs", "--out", str(ROOT / STUDENT_CHECK)],
+        cwd=ROOT, check=True,
+    )  # fmt: skip
 
 
 def private_shm_prefix() -> list[str] | None:
@@ -187,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                 loop.kill()
                 loop.wait()
     prefix = None if args.serial else private_shm_prefix()
-    return run(default_passes(), prefix, args.pytest_args)
+    passes = default_passes()
+    if any(STUDENT_CHECK in p.args for p in passes):
+        build_learner_edition()
+    return run(passes, prefix, args.pytest_args)
 
 
 if __name__ == "__main__":
