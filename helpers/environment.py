@@ -14,7 +14,15 @@ import shutil
 import sys
 from typing import Any
 
-__all__ = ["usable_cores", "shm_bytes", "default_start_method", "default_context", "report", "format_report"]
+__all__ = [
+    "usable_cores",
+    "shm_bytes",
+    "default_start_method",
+    "default_context",
+    "remove_mp_temp_dir",
+    "report",
+    "format_report",
+]
 
 
 def usable_cores() -> int:
@@ -55,6 +63,30 @@ def default_start_method() -> str:
 def default_context() -> mp.context.BaseContext:
     """The context of the default start method, for helpers that start processes, without fixing it."""
     return mp.get_context(default_start_method())
+
+
+def remove_mp_temp_dir() -> bool:
+    """Remove the `pymp-*` folder multiprocessing made for this process in the temporary folder, now;
+    return whether this process is left without one (always, unless removing it failed).
+
+    multiprocessing makes it on first need (the forkserver's socket, the resource sharer's socket from
+    which receivers fetch the descriptors of tensors sent under `file_descriptor`, a listener's address)
+    and removes it only at a normal interpreter exit; a killed kernel (nbval kills its kernels, and so
+    does a crash) leaves it behind. The forkserver and the resource sharer are stopped first; both come
+    back on next use. Call it when no tensor sent is still waiting to be received.
+    """
+    from multiprocessing import forkserver, resource_sharer, util
+
+    folder = mp.current_process()._config.get("tempdir")  # multiprocessing keeps the folder's name here
+    if not folder:
+        return True
+    if getattr(forkserver, "_forkserver", None) is not None:
+        forkserver._forkserver._stop()  # its socket is in the folder
+    resource_sharer.stop(timeout=5)
+    for finalizer in list(util._finalizer_registry.values()):  # CPython's own "remove the folder at exit"
+        if getattr(finalizer, "_callback", None) is util._remove_temp_dir:
+            finalizer()  # runs once, unregisters itself and forgets the folder, as at exit
+    return not os.path.exists(folder)
 
 
 def report() -> dict[str, Any]:

@@ -10,12 +10,8 @@ optimizer steps, and a shared `Event` stops everyone early.
 
 from __future__ import annotations
 
-import atexit
 import gc
 import math
-import os
-import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,30 +19,15 @@ from typing import Any
 
 import psutil
 import torch
-
-
-def _own_inductor_cache() -> None:
-    """Importing `torch._dynamo` (a process's first optimizer does) creates its cache folder, by default
-    `torchinductor_<user>` in the temporary folder, and nothing removes it. Unless the caller chose a
-    folder (`TORCHINDUCTOR_CACHE_DIR`), use a private one, removed when this process exits normally;
-    children inherit the variable. A killed process (a notebook kernel) calls `remove_cache_dir()`."""
-    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        folder = tempfile.mkdtemp(prefix="course-torchinductor-")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-
-
-_own_inductor_cache()
-
-import torch._dynamo  # noqa: E402, F401 - the first optimizer imports it anyway; forked workers inherit it
-import torch.multiprocessing as tmp  # noqa: E402
+import torch._dynamo  # noqa: F401 - the first optimizer imports it anyway; forked workers inherit it
+import torch.multiprocessing as tmp
 from torch import nn
 from torch.nn import functional as F
 
-from helpers import timing  # noqa: E402
-from helpers.environment import default_start_method, usable_cores  # noqa: E402
-from helpers.processes import running  # noqa: E402
-from helpers.validate import positive_int  # noqa: E402
+from helpers import timing
+from helpers.environment import default_start_method, usable_cores
+from helpers.processes import running
+from helpers.validate import positive_int
 
 __all__ = [
     "Task",
@@ -65,7 +46,6 @@ __all__ = [
     "conflicts",
     "momentum_buffers",
     "train_worker",
-    "remove_cache_dir",
     "scaled_wait",
 ]
 
@@ -555,19 +535,6 @@ def speed_table(
             limit = 0.5 + 2 * runs[1][-1].seconds
             threaded.append(in_this_process(threaded_config, task=task, time_limit=limit))
     return Speeds(runs=runs, threaded=threaded, threads=threads, load=load.result)
-
-
-def remove_cache_dir() -> str | None:
-    """Remove torch's inductor cache folder (see `_own_inductor_cache`) if it is in the temporary folder;
-    return its name, or None when there was nothing of ours to remove. Call it when no more children
-    will start: a spawn child importing torch._dynamo would create it again."""
-    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not folder or not os.path.isdir(folder):
-        return None
-    if os.path.commonpath([os.path.abspath(folder), tempfile.gettempdir()]) != tempfile.gettempdir():
-        return None  # the user's own choice: not ours to remove
-    shutil.rmtree(folder, ignore_errors=True)
-    return os.path.basename(folder)
 
 
 # ---- collisions ----------------------------------------------------------------------------------

@@ -39,7 +39,6 @@ __all__ = [
     "oversubscription",
     "cpu_quota",
     "openmp_runtime",
-    "remove_mp_temp_dir",
 ]
 
 COUNTER = 0  # module state: a forked child sees the parent's value, a spawned child re-imports it
@@ -414,25 +413,3 @@ def openmp_runtime() -> str:
         if marker in maps:
             return name
     return "unknown"
-
-
-def remove_mp_temp_dir() -> bool:
-    """Remove the `pymp-*` folder multiprocessing made for this process in the temporary folder, now.
-
-    multiprocessing creates it on first need (forkserver's socket, a listener's address) and removes it
-    only at a normal interpreter exit; a Jupyter kernel that is killed (nbval does that, and so does a
-    crash) leaves it behind. The forkserver, whose socket lives there, is stopped first; both come back
-    on next use. Returns whether this process is left without such a folder (always, unless removing
-    it failed), so that a notebook prints the same whether or not one had been made.
-    """
-    from multiprocessing import forkserver, util
-
-    folder = mp.current_process()._config.get("tempdir")  # noqa: SLF001 - multiprocessing keeps it here
-    if not folder:
-        return True
-    if getattr(forkserver, "_forkserver", None) is not None:
-        forkserver._forkserver._stop()  # noqa: SLF001 - its socket is in the folder
-    for finalizer in list(util._finalizer_registry.values()):  # noqa: SLF001
-        if getattr(finalizer, "_callback", None) is util._remove_temp_dir:  # noqa: SLF001
-            finalizer()  # runs once, unregisters itself and forgets the folder, as at exit
-    return not os.path.exists(folder)

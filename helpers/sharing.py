@@ -51,7 +51,6 @@ __all__ = [
     "count_with_function",
     "file_system_lifecycle",
     "fill_array",
-    "remove_temp_dir",
 ]
 
 _WAIT = 60.0  # seconds: generous bound for any single get/join; spawn children import torch first
@@ -634,23 +633,3 @@ def fill_array(workers: int = 2) -> list[float]:
     with running(procs, timeout=_WAIT):
         pass
     return list(array)
-
-
-def remove_temp_dir() -> bool:
-    """Remove this process's `pymp-*` folder now, instead of at a normal exit; True if there was one.
-
-    The first tensor this process sends under `file_descriptor` starts multiprocessing's resource sharer:
-    a thread listening on a Unix socket in a `pymp-*` folder of the temporary folder, from which receivers
-    fetch the descriptors. Python removes the folder at a normal exit; a killed process (a Jupyter kernel
-    killed by its test runner, a job killed by its scheduler) leaves it behind. Call this only once every
-    tensor sent has been received: it stops the sharer, and the next send starts a new one.
-    """
-    from multiprocessing import resource_sharer, util
-
-    resource_sharer.stop(timeout=5)
-    removed = False
-    for finalizer in list(util._finalizer_registry.values()):  # CPython's own "remove the folder at exit"
-        if getattr(finalizer, "_callback", None) is util._remove_temp_dir:
-            finalizer()  # runs it once, now, and unregisters it
-            removed = True
-    return removed

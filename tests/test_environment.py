@@ -54,3 +54,53 @@ def test_shm_bytes():
 def test_format_report_rejects_non_dicts():
     with pytest.raises(TypeError, match="facts must be a dict"):
         environment.format_report([("a", 1)])
+
+
+def test_remove_mp_temp_dir_removes_the_folder_and_it_comes_back(monkeypatch):
+    from multiprocessing import util
+
+    monkeypatch.setattr(mp.current_process(), "_config", {**mp.current_process()._config, "tempdir": None})
+    folder = util.get_temp_dir()
+    assert os.path.isdir(folder)
+    assert environment.remove_mp_temp_dir() is True
+    assert not os.path.exists(folder) and mp.current_process()._config.get("tempdir") is None
+    assert environment.remove_mp_temp_dir() is True  # nothing left to remove
+
+
+def test_remove_mp_temp_dir_stops_the_resource_sharer_and_sending_still_works(tmp_path, monkeypatch):
+    """The first tensor sent under file_descriptor starts the resource sharer, whose socket lives in a
+    pymp-* folder; after removing it, the next send starts a new one."""
+    import tempfile
+
+    from helpers import sharing
+
+    environment.remove_mp_temp_dir()  # an earlier test's folder, elsewhere
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert sharing.crossing("tensor")["parent sees the child's write"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("pymp-")], "sending a tensor made no pymp folder"
+    assert environment.remove_mp_temp_dir() is True and not list(tmp_path.iterdir())
+    assert sharing.crossing("tensor")["parent sees the child's write"]  # the sharer starts again
+    assert environment.remove_mp_temp_dir() is True and not list(tmp_path.iterdir())
+
+
+_OPTIMIZER_IN_TMP = """
+import os, sys, tempfile
+import helpers
+import torch
+torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)   # imports torch._dynamo, which makes its cache
+print(os.listdir(tempfile.gettempdir()), os.environ["TORCHINDUCTOR_CACHE_DIR"])
+"""
+
+
+def test_torch_compiler_cache_stays_out_of_the_temporary_folder(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TMPDIR": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache-home")}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _OPTIMIZER_IN_TMP], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    # nothing in the temporary folder but the cache home this test pointed XDG_CACHE_HOME into
+    assert done.stdout.split() == ["['cache-home']", str(tmp_path / "cache-home" / "torchinductor")]

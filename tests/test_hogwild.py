@@ -201,23 +201,3 @@ def test_speed_table_interleaves_rounds_and_reports_spreads(task):
         hogwild.speed_table([2, 4], task=task)
     with pytest.raises(ValueError, match="threads"):
         hogwild.speed_table([1], hogwild.Config(threads=2), task=task)
-
-
-def test_the_inductor_cache_folder_is_private_and_removable(tmp_path, monkeypatch):
-    import os
-    import tempfile
-
-    assert "TORCHINDUCTOR_CACHE_DIR" in os.environ  # set before torch._dynamo was imported
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    folder = tmp_path / "course-torchinductor-test"
-    folder.mkdir()
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(folder))
-    assert hogwild.remove_cache_dir() == folder.name and not folder.exists()
-    assert hogwild.remove_cache_dir() is None
-    elsewhere = tmp_path.parent / f"{tmp_path.name}-users-own"
-    elsewhere.mkdir()
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(elsewhere))
-    try:
-        assert hogwild.remove_cache_dir() is None and elsewhere.exists()  # not in the temp folder: kept
-    finally:
-        elsewhere.rmdir()

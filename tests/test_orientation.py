@@ -170,15 +170,3 @@ def test_cpu_quota_reads_both_cgroup_versions(tmp_path, monkeypatch):
 
 def test_openmp_runtime_names_the_loaded_library():
     assert orientation.openmp_runtime() in ("GNU libgomp", "Intel libiomp5", "LLVM libomp", "unknown")
-
-
-def test_remove_mp_temp_dir_removes_the_folder_and_it_comes_back(tmp_path, monkeypatch):
-    import os
-    from multiprocessing import util
-
-    monkeypatch.setattr(mp.current_process(), "_config", {**mp.current_process()._config, "tempdir": None})
-    folder = util.get_temp_dir()
-    assert os.path.isdir(folder)
-    assert orientation.remove_mp_temp_dir() is True
-    assert not os.path.exists(folder) and mp.current_process()._config.get("tempdir") is None
-    assert orientation.remove_mp_temp_dir() is True  # nothing left to remove

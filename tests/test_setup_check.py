@@ -78,7 +78,11 @@ def test_system_python_without_venv_fails_in_seconds_with_run_make_setup_first()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run(
         [sys.base_prefix + "/bin/python3", "-S", str(REPO / "helpers" / "setup_check.py")],
-        capture_output=True, text=True, timeout=60, env=env, cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd="/",
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
@@ -98,8 +102,9 @@ def _dist(name: str, version: str, size: int) -> SimpleNamespace:
 
 def test_pins_follow_python_markers(tmp_path):
     req = tmp_path / "requirements.txt"
-    req.write_text('# c\ntorch==2.13.0\nnumpy==2.4.6 ; python_version >= "3.11"\n'
-                   'numpy==2.2.6 ; python_version < "3.11"\n')
+    req.write_text(
+        '# c\ntorch==2.13.0\nnumpy==2.4.6 ; python_version >= "3.11"\nnumpy==2.2.6 ; python_version < "3.11"\n'
+    )
     assert sc.pinned_versions(req, (3, 11)) == {"torch": "2.13.0", "numpy": "2.4.6"}
     assert sc.pinned_versions(req, (3, 10))["numpy"] == "2.2.6"
     assert sc.pinned_versions(REPO / "requirements.txt")["torch"]

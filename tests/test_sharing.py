@@ -144,22 +144,6 @@ def test_collect_and_count_with_functions():
         sharing.count_with_function(3)
 
 
-def test_remove_temp_dir_removes_the_resource_sharers_folder_and_sending_still_works(tmp_path, monkeypatch):
-    import tempfile
-    from multiprocessing import process
-
-    if process.current_process()._config.get("tempdir"):  # an earlier test's folder: not ours to judge
-        sharing.remove_temp_dir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    assert sharing.crossing("tensor")["parent sees the child's write"]
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("pymp-")], "sending a tensor made no pymp folder"
-    assert sharing.remove_temp_dir() is True
-    assert not list(tmp_path.iterdir())
-    assert sharing.crossing("tensor")["parent sees the child's write"]  # the sharer starts again
-    assert sharing.remove_temp_dir() is True and not list(tmp_path.iterdir())
-    assert sharing.remove_temp_dir() is False
-
-
 def test_pickled_size_and_fd_count():
     assert sharing.pickled_size(np.zeros(1000)) > 8000
     assert sharing.fd_count() > 0
