@@ -7,7 +7,9 @@ elsewhere on the machine), the notebook's folder as working directory, execution
 What is stored is also what a learner sees on opening a notebook in JupyterLab, before running anything:
 - `language_info` is the kernel's own, complete. JupyterLab 4 writes the kernel's `language_info` into
   the notebook as soon as the kernel starts and marks the notebook unsaved unless it is deep-equal to the
-  stored one, so a cut-down copy put the unsaved-changes dot on every freshly opened notebook.
+  stored one, so a cut-down copy put the unsaved-changes dot on every freshly opened notebook. ipykernel
+  puts the interpreter's x.y.z in it; with `helpers.kernel` installed in the environment (`python -m
+  helpers.kernel`), the kernel reports "3" instead, so learners on any Python 3 open a clean notebook.
 - nbformat 4.5 with stable cell ids: an id, once stored, is kept; a cell without one (or with a
   duplicate or invalid one) gets an id derived from its position and source, so a regeneration without
   changes gives no diff. nbformat's own `upgrade`/`validate`/`normalize` draw random ids, so ids are
