@@ -348,6 +348,19 @@ WATCH_PROGRESS_JS = r"""
 }
 """
 
+# Scrolls through every cell: out-of-view cells may not be rendered yet (JupyterLab renders them lazily).
+VISIT_CELLS_JS = r"""
+async (path) => {
+  const panel = Array.from(window.jupyterapp.shell.widgets('main')).find(w => w.context && w.context.path === path);
+  for (let i = 0; i < panel.content.widgets.length; i++) {
+    await panel.content.scrollToItem(i, 'start');
+  }
+  await new Promise(resolve => setTimeout(resolve, 300));
+  await panel.content.scrollToItem(0, 'start');
+  return true;
+}
+"""
+
 # Polled (Playwright does not await a polled function's promise): the notebook is open, its kernel idle.
 PANEL_READY_JS = r"""
 (path) => {
@@ -453,6 +466,7 @@ def _check_images_load(report: Report, name: str, page) -> None:
 def check_opened(report: Report, name: str, page) -> dict:
     """What a learner sees on opening the notebook, before running anything."""
     time.sleep(1.0)  # the kernel's language_info reaches the model right after its info reply
+    page.evaluate(VISIT_CELLS_JS, name)
     state = page.evaluate(STATE_JS, name)
     report.check(not state["dialog"], f"{name}: no dialog on opening", state["dialog"][:200])
     report.check(
@@ -563,6 +577,7 @@ def check_after_run_all(report: Report, name: str, page) -> None:
     report.check(True, f"{name}: Run All finished with an idle kernel in {time.monotonic() - started:.0f} s")
     progress_cells = set(page.evaluate("() => Array.from(window.__progressCells)"))
     page.evaluate("() => window.__progressObserver.disconnect()")
+    page.evaluate(VISIT_CELLS_JS, name)
     state = page.evaluate(STATE_JS, name)
     errors = _cells_with_error(state)
     report.check(not errors, f"{name}: no error or stderr output after Run All", f"cells {errors}")
