@@ -35,7 +35,7 @@ def test_no_chromium_says_how_to_install_and_exits_non_zero(monkeypatch, capsys,
 
 def test_a_wrapper_script_is_not_taken_for_the_browser(monkeypatch, tmp_path):
     script = tmp_path / "chromium"
-    script.write_text("#!/bin/sh\nexec /usr/lib/chromium/chromium \"$@\"\n")
+    script.write_text('#!/bin/sh\nexec /usr/lib/chromium/chromium "$@"\n')
     script.chmod(0o755)
     monkeypatch.delenv("CHROMIUM", raising=False)
     monkeypatch.setattr(lab_check, "CHROMIUM_CANDIDATES", ())
