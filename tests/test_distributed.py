@@ -167,6 +167,8 @@ def test_uneven_hang_shows_the_rank_in_barrier_and_leaves_its_files_where_told(t
     assert [p.name[:4] for p in tmp_path.iterdir()] == ["ddp-"]  # the killed job's folder, not in /tmp
     with pytest.raises(ValueError, match="world_size"):
         dd.uneven_hang(1)
+    with pytest.raises(TypeError, match="reach"):
+        dd.watch_hang(dd.uneven_hang, reach="")
 
 
 def test_mismatch_detail_reports_on_every_rank():
