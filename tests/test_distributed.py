@@ -164,7 +164,8 @@ def test_uneven_hang_shows_the_rank_in_barrier_and_leaves_its_files_where_told(t
     assert outcome.status == "hung"
     names = [name.split(".")[-1] for name in outcome.stack]
     assert names.index("uneven_hang") < names.index("uneven_rank") < names.index("barrier")
-    assert [p.name[:4] for p in tmp_path.iterdir()] == ["ddp-"]  # the killed job's folder, not in /tmp
+    left = [p.name[:4] for p in tmp_path.iterdir()]  # the killed jobs' folders (one per attempt), not in /tmp
+    assert left and set(left) == {"ddp-"}
     with pytest.raises(ValueError, match="world_size"):
         dd.uneven_hang(1)
     with pytest.raises(TypeError, match="reach"):
