@@ -727,6 +727,8 @@ def watch_hang(target: Callable[..., Any], reach: str, timeout: float = 4.0, att
     takes several times longer on a busy machine. If the watchdog's deadline came before `reach` was on
     the stack, the demo runs again with twice the time (at most `attempts` runs): the printed outcome
     is the same on an idle laptop and on one with every core busy."""
+    import torch._dynamo  # noqa: F401 - the first DDP(...) of a process imports it; a forked child inherits it now
+
     from helpers import watchdog
 
     if not isinstance(reach, str) or not reach:
