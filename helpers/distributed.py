@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import importlib
 import json
 import os
 import socket
@@ -713,13 +714,15 @@ def uneven_hang(world_size: int = 2, tmpdir: str | None = None, timeout: float =
     for proc in others:
         proc.start()
     torch.set_num_threads(1)
+    importlib.import_module("torch._dynamo")  # DDP(...) imports it (slow): do it while the others start up
+
     init_group(0, world_size, port=port, timeout=timeout)
     uneven_rank(0, world_size, ending="barrier")  # hangs in dist.barrier()
     for proc in others:
         proc.join(timeout)
 
 
-def watch_hang(target: Callable[..., Any], reach: str, timeout: float = 4.0, attempts: int = 3, **kwargs: Any) -> Any:
+def watch_hang(target: Callable[..., Any], reach: str, timeout: float = 6.0, attempts: int = 4, **kwargs: Any) -> Any:
     """`watchdog.run(target, **kwargs)` for a demo that hangs once it has reached the function `reach`.
 
     A hang demo is only a hang once the process waits where the lesson says. Before that it starts
