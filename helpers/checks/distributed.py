@@ -33,14 +33,14 @@ def _average_rank(rank: int, world_size: int, average: Any = None) -> dict[str, 
 def average_gradients(fn: Any) -> Verdict:
     """Exercise: `fn(model)` turns each rank's gradients into the average over all ranks (what DDP does
     in backward), so one step equals one process on the concatenated batch. Runs 2 forked ranks."""
-    if (unready := not_ready(fn, "average_gradients", "(model) -> None")) is not None:
+    if (unready := not_ready(fn, "my_average_gradients", "(model) -> None")) is not None:
         return unready
-    from helpers.distributed import launch
+    from helpers.launcher import launch
 
     try:
         results = launch([_average_rank], 2, start_method="fork", kwargs={"_average_rank": {"average": fn}})
     except Exception as exc:  # noqa: BLE001 - a rank may die or hang on a wrong collective
-        from helpers.distributed import describe_error
+        from helpers.launcher import describe_error
 
         return verdict(False, "", f"the ranks failed: {describe_error(exc)}")
     rows = [results[r]["_average_rank"] for r in sorted(results)]
