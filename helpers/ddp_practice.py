@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import gc
-import json
 import os
 import re
 import subprocess
@@ -29,8 +28,8 @@ from typing import Any
 
 import torch
 
-from helpers import distributed as _launcher
-from helpers.distributed import isolated, make_model
+from helpers import launcher as _launcher
+from helpers.distributed import make_model
 from helpers.environment import default_start_method
 from helpers.errors import clean, error_line, short_error
 from helpers.validate import positive_int
@@ -61,7 +60,7 @@ __all__ = [
     "save_snapshot",
     "load_snapshot",
     "resume_run",
-    "TorchrunJob",
+    "ResumableJob",
     "torchrun_job",
     "crash_and_resume",
     "failing_job",
@@ -79,7 +78,7 @@ HEAVY = {"batch": 32, "width": 2048, "depth": 3}
 
 # ------------------------------------------------------------------------------------------- launch
 def launch(demos: Sequence[Any], world_size: int = 2, **options: Any) -> dict[int, dict[str, Any]]:
-    """The course's launcher (`helpers.distributed.launch`: ranks on 127.0.0.1, a free port per run, each
+    """The course's launcher (`helpers.launcher.launch`: ranks on 127.0.0.1, a free port per run, each
     rank's results returned), with one addition for forked ranks: DDP imports `torch._dynamo` the first
     time a process builds one (about 3 s of CPU per process on a 2-core laptop). Imported here first,
     every forked rank inherits it; spawned ranks import it anyway."""
@@ -280,6 +279,15 @@ def accumulation_timing(
     return {"times": times, "buckets first iteration": buckets[0], "buckets later": buckets[1]}
 
 
+def step_times(results: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Seconds per optimizer step, "plain" and "no_sync", from a launch of `accumulation_timing`: for each
+    repeat the slowest rank (a step ends when every rank has finished it), then median and range."""
+    from helpers.timing import spread
+
+    rows = [results[r]["accumulation_timing"]["times"] for r in sorted(results)]
+    return {name: spread(max(times) for times in zip(*(row[name] for row in rows), strict=True)) for name in rows[0]}
+
+
 def _mse_accumulate(ddp: Any, batches: Sequence[tuple[torch.Tensor, ...]], sync_every: bool) -> None:
     from torch import nn
 
@@ -385,7 +393,8 @@ def _train_branchy(rank: int, world_size: int, mode: str, uses: str, steps: int,
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     group = dist.new_group(timeout=datetime.timedelta(seconds=timeout))
-    ddp = DDP(Branchy(), process_group=group, find_unused_parameters=mode == "find_unused", static_graph=mode == "static")
+    find_unused, static = mode == "find_unused", mode == "static"
+    ddp = DDP(Branchy(), process_group=group, find_unused_parameters=find_unused, static_graph=static)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(rank)
     started = time.monotonic()
@@ -747,21 +756,14 @@ def resume_run(resume: Callable[..., Any], epochs: int = 4, stop_after: int = 1)
 
 # ------------------------------------------------------------------------------------- torchrun jobs
 @dataclass
-class TorchrunJob:
-    """One torchrun job: what its ranks wrote, the root cause if it failed, and its wall time."""
+class ResumableJob:
+    """One run of `resumable_train.py`: each rank's events (every attempt), rank 0's final parameters,
+    the normalised root cause if the job failed, and its wall time."""
 
-    ranks: list[dict[str, Any]]
-    final: torch.Tensor | None  # rank 0's final parameters, flat
-    failure: str  # the normalised root cause from torchrun's summary; "" when the job succeeded
+    events: list[list[dict[str, Any]]]  # per rank, in order: start, epoch done, kill, ...
+    final: torch.Tensor | None  # rank 0's parameters at the end, flat; None if the job did not finish
+    failure: str  # "" when the job succeeded
     seconds: float
-
-
-def _torchrun_env(tmp: str, extra: dict[str, str] | None) -> dict[str, str | None]:
-    # torchrun writes torchelastic_* folders and error files under TMPDIR, which the caller removes;
-    # OMP_NUM_THREADS=1 set here, so torchrun does not warn that it sets it
-    env: dict[str, str | None] = {"TMPDIR": tmp, "GLOO_SOCKET_IFNAME": "lo", "LOGLEVEL": "ERROR", "OMP_NUM_THREADS": "1"}
-    env.update(extra or {})
-    return env
 
 
 def torchrun_job(
@@ -771,43 +773,42 @@ def torchrun_job(
     fail: tuple[int, int] | None = None,
     max_restarts: int = 1,
     nproc: int = 2,
-    env: dict[str, str] | None = None,
-    timeout: float = 60.0,
-) -> TorchrunJob:
-    """`torchrun --standalone --nproc-per-node nproc --max-restarts max_restarts resumable_train.py`.
+    env: dict[str, str | None] | None = None,
+    timeout: float = 90.0,
+) -> ResumableJob:
+    """`torchrun --standalone --nproc-per-node nproc --max-restarts max_restarts resumable_train.py`,
+    through the course's launcher (loopback only, `TMPDIR` in a folder removed afterwards).
 
     `kill=(rank, epoch, step)`: that rank kills itself with SIGKILL at that step of the first attempt.
     `fail=(rank, epoch)`: that rank raises an exception there (in every attempt). torchrun's own output
     (run ids, ports, times, pids) is not returned, only the root cause of a failure, normalised."""
     epochs = positive_int("epochs", epochs)
-    args = [str(epochs)]
+    max_restarts = positive_int("max_restarts", max_restarts, minimum=0)
+    args = ["{results}", str(epochs)]
     if kill is not None:
-        args += ["--kill", ",".join(map(str, kill))]
+        args += ["--kill", ",".join(str(positive_int("kill", n, minimum=0)) for n in kill)]
     if fail is not None:
-        args += ["--fail", ",".join(map(str, fail))]
-    with tempfile.TemporaryDirectory(prefix="torchrun-") as tmp:
-        out = os.path.join(tmp, "out")
-        os.mkdir(out)
-        command = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            f"--max-restarts={max_restarts}", str(SCRIPT), out, *args,
-        ]  # fmt: skip
-        started = time.monotonic()
-        failure = ""
-        try:
-            isolated(command, timeout=timeout, env=_torchrun_env(tmp, env))
-        except RuntimeError as exc:
-            failure = root_cause(getattr(exc, "output", str(exc)))
-        seconds = time.monotonic() - started
-        ranks = []
-        for path in sorted(Path(out).glob("rank*.jsonl")):
-            ranks.append([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
-        final_path = Path(out, "final.pt")
-        final = torch.load(final_path, weights_only=True) if final_path.exists() else None
-    return TorchrunJob(ranks, final, failure, seconds)
+        args += ["--fail", ",".join(str(positive_int("fail", n, minimum=0)) for n in fail)]
+    job = _launcher.torchrun_standalone(
+        SCRIPT,
+        args,
+        nproc,
+        options=[f"--max-restarts={max_restarts}"],
+        timeout=timeout,
+        env={"OMP_NUM_THREADS": "1", **(env or {})},
+        failures="report",
+    )
+    ranks = sorted(job.results, key=lambda row: row["RANK"])
+    final = next((row["final"] for row in ranks if row.get("final") is not None), None)
+    return ResumableJob(
+        events=[row["events"] for row in ranks],
+        final=torch.tensor(final, dtype=torch.float32) if final is not None else None,
+        failure=root_cause(job.output) if job.returncode else "",
+        seconds=job.seconds,
+    )
 
 
-def crash_and_resume(epochs: int = 4, kill: tuple[int, int, int] = (1, 2, 1)) -> dict[str, TorchrunJob]:
+def crash_and_resume(epochs: int = 4, kill: tuple[int, int, int] = (1, 2, 1)) -> dict[str, ResumableJob]:
     """The uninterrupted job and the one whose rank `kill[0]` is killed mid-epoch, one after the other."""
     return {
         "uninterrupted": torchrun_job(epochs, max_restarts=0),
@@ -815,7 +816,7 @@ def crash_and_resume(epochs: int = 4, kill: tuple[int, int, int] = (1, 2, 1)) ->
     }
 
 
-def failing_job(epochs: int = 3, fail: tuple[int, int] = (1, 1)) -> TorchrunJob:
+def failing_job(epochs: int = 3, fail: tuple[int, int] = (1, 1)) -> ResumableJob:
     """A job whose rank `fail[0]` raises in epoch `fail[1]`, without restarts: torchrun's summary names
     the root cause from the error file that `@record` wrote."""
     return torchrun_job(epochs, fail=fail, max_restarts=0)
@@ -856,7 +857,10 @@ def pickled_by_reference(fn: Callable[..., Any], timeout: float = 20.0) -> str:
     import pickle
 
     payload = pickle.dumps(fn)
-    code = "import pickle, sys; fn = pickle.loads(sys.stdin.buffer.read()); print(f'found {fn.__module__}.{fn.__name__}')"
+    code = (
+        "import pickle, sys; fn = pickle.loads(sys.stdin.buffer.read()); "
+        "print(f'found {fn.__module__}.{fn.__name__}')"
+    )
     done = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, timeout=timeout)
     if done.returncode == 0:
         return done.stdout.decode().strip()
@@ -868,12 +872,12 @@ def no_sync_saving(k: int = 4, steps: int = 2, repeats: int = 5) -> Any:
     """Bench figure: optimizer steps per second of `k`-step accumulation with `no_sync` over the same
     without it, 2 ranks x 1 thread on the communication-heavy model (median of `repeats` alternations)."""
     from helpers.bench import Figure
-    from helpers.environment import default_start_method
-    from helpers.timing import measure_load, spread
+    from helpers.timing import measure_load
 
+    options = {"accumulation_timing": {"k": k, "steps": steps, "repeats": repeats}}
     with measure_load() as load:
-        results = launch([accumulation_timing], 2, kwargs={"accumulation_timing": {"k": k, "steps": steps, "repeats": repeats}}, timeout=300)
-    times = {name: spread(max(results[r]["accumulation_timing"]["times"][name][i] for r in results) for i in range(repeats)) for name in ("plain", "no_sync")}
+        results = launch([accumulation_timing], 2, kwargs=options, timeout=300)
+    times = step_times(results)
     return Figure(
         ratio=times["plain"].median / times["no_sync"].median,
         limit=float(k),
@@ -912,10 +916,10 @@ def restart_overhead(epochs: int = 4) -> Any:
     )
 
 
-def restart_seconds(job: TorchrunJob) -> float | None:
+def restart_seconds(job: ResumableJob) -> float | None:
     """From the kill to the moment every rank of the next attempt has joined its group."""
-    killed = [row["time"] for rows in job.ranks for row in rows if row.get("event") == "kill"]
-    joined = [row["time"] for rows in job.ranks for row in rows if row.get("event") == "start" and row["attempt"] > 0]
+    killed = [row["time"] for rows in job.events for row in rows if row.get("event") == "kill"]
+    joined = [row["time"] for rows in job.events for row in rows if row.get("event") == "start" and row["attempt"] > 0]
     if not killed or not joined:
         return None
     return max(joined) - min(killed)

@@ -19,7 +19,7 @@ def no_sync_accumulation(fn: Any) -> Verdict:
     if (unready := not_ready(fn, "my_accumulate", "(ddp, batches) -> None")) is not None:
         return unready
     from helpers.ddp_practice import accumulation_rank, launch
-    from helpers.distributed import describe_error
+    from helpers.launcher import describe_error
 
     kwargs = {"accumulation_rank": {"accumulate": fn, "k": K}}
     try:

@@ -11,8 +11,9 @@ without the prefix a restarted rank can read the dead attempt's addresses and fa
 
 `--kill`: that rank kills itself with SIGKILL (what the out-of-memory killer sends) at that step of the
 first attempt. `--fail`: that rank raises; `@record` writes its traceback to the error file torchrun reads.
-Each rank appends what happened to OUTDIR/rank<RANK>.jsonl; rank 0 writes the final parameters to
-OUTDIR/final.pt. Nothing is printed: the prints of several processes interleave.
+Each rank records what happened in OUTDIR/rank<RANK>.json ({"RANK", "events", "final"}), rewritten
+atomically after every event, so a killed attempt's events survive and the next attempt adds to them;
+rank 0 stores its final parameters there. Nothing is printed: the prints of several processes interleave.
 """
 
 import datetime
@@ -32,10 +33,19 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from helpers.ddp_practice import epoch_batches, load_snapshot, new_training, save_snapshot
 
 
-def log(outdir: str, rank: int, **event) -> None:
-    """One line per event in this rank's own file (appended: a restarted attempt adds to it)."""
-    with open(os.path.join(outdir, f"rank{rank}.jsonl"), "a") as f:
-        f.write(json.dumps({"time": time.time(), **event}) + "\n")
+def log(outdir: str, rank: int, final: list[float] | None = None, **event) -> None:
+    """Add an event to this rank's record (kept across attempts) and write it atomically."""
+    path = os.path.join(outdir, f"rank{rank}.json")
+    entry = {"RANK": rank, "events": [], "final": None}
+    if os.path.exists(path):
+        with open(path) as f:
+            entry = json.load(f)
+    entry["events"].append({"time": time.time(), **event})
+    if final is not None:
+        entry["final"] = final
+    with open(path + ".tmp", "w") as f:
+        json.dump(entry, f)
+    os.replace(path + ".tmp", path)
 
 
 def join_group(rank: int, world: int, attempt: int) -> bool | None:
@@ -95,10 +105,8 @@ def main() -> None:
             save_snapshot(snapshot, ddp, optimizer, epoch)  # one writer; atomic (write, then rename)
         dist.barrier()  # nobody starts the next epoch before the snapshot of this one exists
         log(outdir, rank, event="epoch done", attempt=attempt, epoch=epoch)
-    if rank == 0:
-        final = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        torch.save(final, os.path.join(outdir, "final.pt.tmp"))
-        os.replace(os.path.join(outdir, "final.pt.tmp"), os.path.join(outdir, "final.pt"))
+    final = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    log(outdir, rank, event="finished", attempt=attempt, final=final.tolist() if rank == 0 else None)
     dist.barrier()
     dist.destroy_process_group()
     # Leave without the interpreter's teardown (see ddp_train.py: gloo's threads outlive the group in this
