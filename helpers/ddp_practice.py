@@ -57,6 +57,7 @@ __all__ = [
     "zero_memory",
     "lonely_rank",
     "train_epochs",
+    "uninterrupted",
     "save_snapshot",
     "load_snapshot",
     "resume_run",
@@ -697,15 +698,38 @@ def new_training(seed: int = 0) -> tuple[Any, Any]:
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
-def train_epochs(model: Any, optimizer: Any, epochs: Sequence[int], rank: int = 0) -> None:
-    """Train on `epoch_batches(e, rank)` for each epoch e in `epochs`."""
+def train_epochs(
+    model: Any,
+    optimizer: Any,
+    epochs: Sequence[int],
+    rank: int = 0,
+    before_step: Callable[[int, int], None] | None = None,
+    after_epoch: Callable[[int], None] | None = None,
+) -> None:
+    """Train `model` (plain or DDP) on `epoch_batches(e, rank)` for each epoch e in `epochs`; the
+    torchrun script hooks its crash (`before_step(epoch, step)`) and its snapshot (`after_epoch(epoch)`)
+    into the same loop that the uninterrupted reference runs."""
     from torch import nn
 
     for epoch in epochs:
-        for x, y in epoch_batches(epoch, rank):
+        for step, (x, y) in enumerate(epoch_batches(epoch, rank)):
+            if before_step is not None:
+                before_step(epoch, step)
             optimizer.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
             optimizer.step()
+        if after_epoch is not None:
+            after_epoch(epoch)
+
+
+def uninterrupted(rank: int, world_size: int, epochs: int = 4) -> list[float]:
+    """In each rank: what `resumable_train.py` computes when nothing goes wrong (same model, optimizer,
+    data and loop, under DDP); the final parameters, flat."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model, optimizer = new_training()
+    train_epochs(DDP(model), optimizer, range(positive_int("epochs", epochs)), rank)
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
 
 
 def save_snapshot(path: str | os.PathLike[str], model: Any, optimizer: Any, epoch: int) -> None:

@@ -115,7 +115,7 @@ def test_unused_branch_rejects_bad_modes():
 def ranks():
     demos = [dp.count_plain, dp.count_no_sync, dp.buffers_and_batchnorm, dp.evaluation, dp.sharded_stream,
              dp.unused_plain, dp.unused_found, dp.static_never, dp.static_sometimes, dp.missing_one,
-             dp.missing_zero, dp.rank_dependent]
+             dp.missing_zero, dp.rank_dependent, dp.uninterrupted]
     return dp.launch(demos, 2, start_method="fork" if "fork" in mp.get_all_start_methods() else None,
                      failures="report", timeout=180)
 
@@ -170,11 +170,12 @@ def test_lonely_rank_fails_after_its_timeout():
     assert 0.9 < outcome.value["seconds"] < 10
 
 
-def test_killed_rank_resumes_to_bitwise_equal_weights():
-    jobs = dp.crash_and_resume(epochs=3, kill=(1, 1, 1))
+def test_killed_rank_resumes_to_bitwise_equal_weights(ranks):
+    jobs = dp.crash_and_resume(epochs=4, kill=(1, 1, 1))
     plain, resumed = jobs["uninterrupted"], jobs["killed and resumed"]
     assert plain.failure == resumed.failure == ""
     assert torch.equal(plain.final, resumed.final)
+    assert torch.equal(resumed.final, torch.tensor(ranks[0]["uninterrupted"]))  # the notebook's reference
     starts = [(e["attempt"], e["start_epoch"]) for e in resumed.events[0] if e["event"] == "start"]
     assert starts == [(0, 0), (1, 1)]
     assert [e["previous_attempt_key_found"] for e in resumed.events[0] if e["event"] == "start"] == [None, True]

@@ -26,11 +26,10 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from helpers.ddp_practice import epoch_batches, load_snapshot, new_training, save_snapshot
+from helpers.ddp_practice import load_snapshot, new_training, save_snapshot, train_epochs
 
 
 def log(outdir: str, rank: int, final: list[float] | None = None, **event) -> None:
@@ -91,20 +90,21 @@ def main() -> None:
     ddp = DDP(model)
     start = load_snapshot(snapshot, model, optimizer)  # every rank reads rank 0's last snapshot
     log(outdir, rank, event="start", attempt=attempt, start_epoch=start, previous_attempt_key_found=stale)
-    for epoch in range(start, epochs):
-        for step, (x, y) in enumerate(epoch_batches(epoch, rank)):
-            if kill == (rank, epoch, step) and attempt == 0:
-                log(outdir, rank, event="kill", attempt=attempt, epoch=epoch, step=step)
-                os.kill(os.getpid(), signal.SIGKILL)
-            if fail is not None and fail[:2] == (rank, epoch):
-                raise FloatingPointError(f"loss is NaN at epoch {epoch}, step {step}")
-            optimizer.zero_grad()
-            nn.functional.mse_loss(ddp(x), y).backward()
-            optimizer.step()
+
+    def before_step(epoch: int, step: int) -> None:
+        if kill == (rank, epoch, step) and attempt == 0:
+            log(outdir, rank, event="kill", attempt=attempt, epoch=epoch, step=step)
+            os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer sends
+        if fail is not None and fail[:2] == (rank, epoch):
+            raise FloatingPointError(f"loss is NaN at epoch {epoch}, step {step}")
+
+    def after_epoch(epoch: int) -> None:
         if rank == 0:
             save_snapshot(snapshot, ddp, optimizer, epoch)  # one writer; atomic (write, then rename)
         dist.barrier()  # nobody starts the next epoch before the snapshot of this one exists
         log(outdir, rank, event="epoch done", attempt=attempt, epoch=epoch)
+
+    train_epochs(ddp, optimizer, range(start, epochs), rank, before_step, after_epoch)
     final = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     log(outdir, rank, event="finished", attempt=attempt, final=final.tolist() if rank == 0 else None)
     dist.barrier()
