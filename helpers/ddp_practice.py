@@ -38,24 +38,39 @@ __all__ = [
     "SCRIPT",
     "HEAVY",
     "launch",
+    "captured_stderr",
     "micro_batches",
     "accumulated_gradient",
     "count_syncs",
     "accumulate_plain",
     "accumulate_no_sync",
     "accumulation_rank",
+    "count_plain",
+    "count_no_sync",
     "accumulation_timing",
+    "accumulate_plain_mse",
+    "accumulate_no_sync_mse",
+    "step_times",
     "lr_scaling",
     "Branchy",
     "unused_branch",
+    "unused_plain",
+    "unused_found",
+    "static_never",
+    "static_sometimes",
+    "rank_dependent",
     "BnNet",
     "buffers_and_batchnorm",
     "evaluation",
     "ShardedStream",
     "sharded_stream",
     "monitored",
-    "zero_memory",
+    "missing_one",
+    "missing_zero",
     "lonely_rank",
+    "zero_memory",
+    "epoch_batches",
+    "new_training",
     "train_epochs",
     "uninterrupted",
     "save_snapshot",
@@ -66,6 +81,7 @@ __all__ = [
     "crash_and_resume",
     "failing_job",
     "root_cause",
+    "restart_seconds",
     "pickled_by_reference",
     "no_sync_saving",
     "restart_overhead",
@@ -892,13 +908,13 @@ def pickled_by_reference(fn: Callable[..., Any], timeout: float = 20.0) -> str:
 
 
 # ----------------------------------------------------------------------------------- bench figures
-def no_sync_saving(k: int = 4, steps: int = 2, repeats: int = 5) -> Any:
+def no_sync_saving(k: int = 4, steps: int = 2, repeats: int = 5, width: int = HEAVY["width"]) -> Any:
     """Bench figure: optimizer steps per second of `k`-step accumulation with `no_sync` over the same
     without it, 2 ranks x 1 thread on the communication-heavy model (median of `repeats` alternations)."""
     from helpers.bench import Figure
     from helpers.timing import measure_load
 
-    options = {"accumulation_timing": {"k": k, "steps": steps, "repeats": repeats}}
+    options = {"accumulation_timing": {"k": k, "steps": steps, "repeats": repeats, "width": width}}
     with measure_load() as load:
         results = launch([accumulation_timing], 2, kwargs=options, timeout=300)
     times = step_times(results)
@@ -906,7 +922,8 @@ def no_sync_saving(k: int = 4, steps: int = 2, repeats: int = 5) -> Any:
         ratio=times["plain"].median / times["no_sync"].median,
         limit=float(k),
         floor=1.3,
-        what=f"{k}-step accumulation, 2 ranks, 50 MB of gradients: steps/s with no_sync / without",
+        what=f"{k}-step accumulation, 2 ranks, {3 * width * width * 4 / 1e6:.0f} MB of gradients: "
+        "steps/s with no_sync / without",
         details={
             "s_per_step_plain": times["plain"].median,
             "s_per_step_no_sync": times["no_sync"].median,

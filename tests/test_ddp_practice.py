@@ -170,8 +170,12 @@ def test_lonely_rank_fails_after_its_timeout():
     assert 0.9 < outcome.value["seconds"] < 10
 
 
-def test_killed_rank_resumes_to_bitwise_equal_weights(ranks):
-    jobs = dp.crash_and_resume(epochs=4, kill=(1, 1, 1))
+@pytest.fixture(scope="module")
+def jobs():
+    return dp.crash_and_resume(epochs=4, kill=(1, 1, 1))
+
+
+def test_killed_rank_resumes_to_bitwise_equal_weights(ranks, jobs):
     plain, resumed = jobs["uninterrupted"], jobs["killed and resumed"]
     assert plain.failure == resumed.failure == ""
     assert torch.equal(plain.final, resumed.final)
@@ -185,3 +189,17 @@ def test_killed_rank_resumes_to_bitwise_equal_weights(ranks):
 def test_torchrun_job_validates():
     with pytest.raises(ValueError, match="kill"):
         dp.torchrun_job(2, kill=(1, -1, 0))
+
+
+def test_restart_overhead_figure(jobs, monkeypatch):
+    monkeypatch.setattr(dp, "crash_and_resume", lambda epochs: jobs)
+    figure = dp.restart_overhead()
+    assert figure.floor is None and figure.limit is None and figure.ratio > 0
+    assert figure.conditions == {"final weights equal": True} and figure.details["restart_s"] > 0
+
+
+@needs_fork
+def test_no_sync_saving_figure_small():
+    figure = dp.no_sync_saving(k=2, steps=1, repeats=1, width=64)
+    assert figure.floor == 1.3 and figure.limit == 2 and figure.ratio > 0
+    assert set(figure.details) >= {"s_per_step_plain", "s_per_step_no_sync", "start_method", "load"}
