@@ -897,10 +897,12 @@ def pickled_by_reference(fn: Callable[..., Any], timeout: float = 20.0) -> str:
     import pickle
 
     payload = pickle.dumps(fn)
-    code = (
-        "import pickle, sys; fn = pickle.loads(sys.stdin.buffer.read()); "
-        "print(f'found {fn.__module__}.{fn.__name__}')"
-    )
+    steps = [
+        "import pickle, sys",
+        "fn = pickle.loads(sys.stdin.buffer.read())",
+        "print(f'found {fn.__module__}.{fn.__name__}')",
+    ]
+    code = "; ".join(steps)
     done = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, timeout=timeout)
     if done.returncode == 0:
         return done.stdout.decode().strip()
@@ -964,4 +966,3 @@ def restart_seconds(job: ResumableJob) -> float | None:
     if not killed or not joined:
         return None
     return max(joined) - min(killed)
-

@@ -113,11 +113,24 @@ def test_unused_branch_rejects_bad_modes():
 
 @pytest.fixture(scope="module")
 def ranks():
-    demos = [dp.count_plain, dp.count_no_sync, dp.buffers_and_batchnorm, dp.evaluation, dp.sharded_stream,
-             dp.unused_plain, dp.unused_found, dp.static_never, dp.static_sometimes, dp.missing_one,
-             dp.missing_zero, dp.rank_dependent, dp.uninterrupted]
-    return dp.launch(demos, 2, start_method="fork" if "fork" in mp.get_all_start_methods() else None,
-                     failures="report", timeout=180)
+    demos = [
+        dp.count_plain,
+        dp.count_no_sync,
+        dp.buffers_and_batchnorm,
+        dp.evaluation,
+        dp.sharded_stream,
+        dp.unused_plain,
+        dp.unused_found,
+        dp.static_never,
+        dp.static_sometimes,
+        dp.missing_one,
+        dp.missing_zero,
+        dp.rank_dependent,
+        dp.uninterrupted,
+    ]
+    return dp.launch(
+        demos, 2, start_method="fork" if "fork" in mp.get_all_start_methods() else None, failures="report", timeout=180
+    )
 
 
 def test_no_sync_skips_all_reduces_with_the_same_gradient(ranks):
