@@ -267,13 +267,15 @@ def pool_io_scaling(tasks: int = 160, delay: float = 0.02, workers: int = 8) -> 
     )
 
 
-def ddp_speedup(batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 20) -> Figure:
+def ddp_speedup(batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 5, rounds: int = 5) -> Figure:
     """DDP weak scaling, one rank per usable core at 1 thread each: samples/s / one process at 1 thread
-    (`batch` samples per rank per step, an MLP of `depth` hidden layers `width` wide)."""
+    (`batch` samples per rank per step, an MLP of `depth` hidden layers `width` wide), medians of
+    `rounds` rounds of `steps` steps, with the baseline a user would pick instead (one process, all
+    cores' threads) beside it."""
     from helpers import distributed
 
     cores = usable_cores()
-    shape = {"batch": batch, "width": width, "depth": depth, "steps": steps}
+    shape = {"batch": batch, "width": width, "depth": depth, "steps": steps, "rounds": rounds}
     single = distributed.ddp_throughput(1, threads=1, **shape)
     many = distributed.ddp_throughput(cores, threads=1, **shape)
     threaded = distributed.ddp_throughput(1, threads=cores, **shape)
@@ -285,27 +287,39 @@ def ddp_speedup(batch: int = 1024, width: int = 512, depth: int = 3, steps: int 
         details={
             "samples_per_s_single": single.samples_per_s,
             f"samples_per_s_ddp_{cores}": many.samples_per_s,
+            f"samples_per_s_ddp_{cores}_range": [many.spread.low, many.spread.high],
             f"samples_per_s_single_{cores}_threads": threaded.samples_per_s,
+            f"samples_per_s_single_{cores}_threads_range": [threaded.spread.low, threaded.spread.high],
             f"ratio_vs_single_{cores}_threads": many.samples_per_s / threaded.samples_per_s,
             f"startup_s_ddp_{cores}": many.startup,
+            "rounds": rounds,
+            "load_ddp": many.load.as_dict(),
+            "load_threads": threaded.load.as_dict(),
             "start_method": default_start_method(),
         },
     )
 
 
-def ring_allreduce(nbytes: int = 4 << 20, repeats: int = 10) -> Figure:
-    """The hand-written ring all-reduce of notebook 05 on 2 ranks: seconds / `dist.all_reduce`'s, for a
-    4 MB tensor. No floor: it shows how close a clear implementation gets to gloo's."""
+def ring_allreduce(nbytes: int = 4 << 20, repeats: int = 15) -> Figure:
+    """The hand-written ring all-reduce of notebook 05 on 2 ranks: seconds / `dist.all_reduce`'s for a
+    4 MB tensor, medians of `repeats` calls taking turns. No floor: it shows how close a clear
+    implementation gets to gloo's (the best times say more than the medians on a busy machine)."""
     from helpers import distributed
 
     times = distributed.ring_vs_allreduce(nbytes, repeats=repeats, world_size=2)
+    ring, gloo = times["ring"], times["all_reduce"]
     return Figure(
-        ratio=times["ring"] / times["all_reduce"],
+        ratio=ring.median / gloo.median,
         limit=None,
         what=f"ring all-reduce by hand / dist.all_reduce, {nbytes / 2**20:g} MB float32 on 2 ranks (gloo, loopback)",
         details={
-            "ring_ms": times["ring"] * 1000,
-            "all_reduce_ms": times["all_reduce"] * 1000,
+            "ring_ms": ring.median * 1000,
+            "all_reduce_ms": gloo.median * 1000,
+            "ring_ms_range": [ring.low * 1000, ring.high * 1000],
+            "all_reduce_ms_range": [gloo.low * 1000, gloo.high * 1000],
+            "best_ratio": ring.low / gloo.low,
+            "repeats": repeats,
+            "load": times["load"].as_dict(),
             "start_method": default_start_method(),
         },
     )

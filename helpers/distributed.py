@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import datetime
 import functools
+import importlib
 import json
+import os
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -26,6 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers.environment import default_context, default_start_method
 from helpers.errors import clean, short_error
@@ -42,6 +49,7 @@ from helpers.launcher import (
     torchrun_standalone,
     torchrun_two_nodes,
 )
+from helpers.timing import Load, Spread, measure_load, spread
 from helpers.validate import positive_int
 
 __all__ = [
@@ -61,7 +69,9 @@ __all__ = [
     "ddp_gradients",
     "sampler_indices",
     "epoch_orders",
-    "default_store_listens",
+    "first_group",
+    "read_ranks",
+    "default_store_probe",
     "two_node_commands",
     "torchrun_all",
     "TrainRun",
@@ -69,11 +79,14 @@ __all__ = [
     "timed_shapes",
     "ddp_throughput",
     "ddp_throughputs",
+    "which_wins",
     "ring_timing",
     "ring_vs_allreduce",
+    "ring_times",
     "uneven_rank",
     "uneven",
     "uneven_hang",
+    "watch_hang",
     "mismatch_rank",
     "mismatch",
     "foreign_listener_client",
@@ -85,8 +98,37 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "ddp_train.py"
 
 
 # ---------------------------------------------------------------------------------------------- demos
+def first_group(rank: int, world_size: int, folder: str) -> None:
+    """The whole life of a process group, bare, as the notebook's first launch runs it: meet through a
+    file in `folder` (`file://`: nothing listens for the rendezvous), all-reduce one number, write what
+    this rank saw to `folder/rank<r>.json` (ranks do not print), leave the group."""
+
+    torch.set_num_threads(1)  # first: a forked child of a kernel would hang in OpenMP otherwise
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's own connections on loopback
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{os.path.join(folder, 'rendezvous')}",
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=30),
+    )
+    try:
+        t = torch.tensor([float(rank + 1)])
+        dist.all_reduce(t)  # every rank ends with the sum over all ranks
+        seen = {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "sum of rank+1": t.item()}
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(folder, f"rank{rank}.json"), "w") as f:
+        json.dump(seen, f)
+
+
+def read_ranks(folder: str) -> list[dict[str, Any]]:
+    """What each rank of `first_group` wrote, sorted by rank."""
+    rows = [json.loads(p.read_text()) for p in Path(folder).glob("rank*.json")]
+    return sorted(rows, key=lambda row: row["rank"])
+
+
 def hello(rank: int, world_size: int) -> dict[str, Any]:
-    import torch.distributed as dist
 
     return {
         "rank": dist.get_rank(),
@@ -99,7 +141,6 @@ def hello(rank: int, world_size: int) -> dict[str, Any]:
 
 def point_to_point(rank: int, world_size: int) -> dict[str, Any]:
     """Rank 0 sends to rank 1, blocking (`send`/`recv`) and non-blocking (`isend`/`irecv` + `wait`)."""
-    import torch.distributed as dist
 
     out: dict[str, Any] = {}
     if rank == 0:
@@ -121,7 +162,6 @@ def point_to_point(rank: int, world_size: int) -> dict[str, Any]:
 def isend_race(rank: int, world_size: int, rounds: int = 20, size: int = 250_000) -> list[str]:
     """Rank 0 overwrites the buffer of an `isend` right away, without waiting: what arrives at rank 1
     is the old data, the new data or a mix, depending on how far the send had got."""
-    import torch.distributed as dist
 
     seen = []
     for _ in range(rounds):
@@ -141,7 +181,6 @@ def isend_race(rank: int, world_size: int, rounds: int = 20, size: int = 250_000
 
 def collectives(rank: int, world_size: int) -> dict[str, Any]:
     """Every collective once on small tensors; each rank returns what it holds afterwards."""
-    import torch.distributed as dist
 
     out: dict[str, Any] = {}
     t = torch.tensor([0.0, 0.0]) if rank else torch.tensor([7.0, 8.0])
@@ -153,6 +192,12 @@ def collectives(rank: int, world_size: int) -> dict[str, Any]:
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
     out["all_reduce AVG of rank+1"] = t.tolist()
+    t = torch.tensor([rank + 1])  # an integer tensor: AVG would have to round
+    try:
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        out["all_reduce AVG of int rank+1"] = t.tolist()
+    except RuntimeError as exc:
+        out["all_reduce AVG of int rank+1"] = short_error(exc)
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     out["all_reduce MAX of rank+1"] = t.tolist()
@@ -176,7 +221,6 @@ def collectives(rank: int, world_size: int) -> dict[str, Any]:
 
 def ring_check(rank: int, world_size: int, numel: int = 1_003, seed: int = 0) -> dict[str, Any]:
     """The hand-written ring all-reduce against `dist.all_reduce` on the same random tensor."""
-    import torch.distributed as dist
 
     gen = torch.Generator().manual_seed(seed + rank)
     data = torch.randn(numel, generator=gen)
@@ -198,7 +242,6 @@ def ring_allreduce(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     rank r holds the full sum of chunk (r + 1). All-gather: n - 1 more steps pass the finished chunks on.
     Each rank sends 2 (n - 1) / n of the tensor, whatever n is: the reason rings scale.
     """
-    import torch.distributed as dist
 
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
@@ -245,7 +288,6 @@ def naive_bytes_per_rank(nbytes: int, world_size: int) -> dict[str, float]:
 
 def make_model(seed: int = 0, width: int = 8, depth: int = 1, inputs: int = 4, outputs: int = 2) -> Any:
     """A small MLP, identical on every rank that passes the same seed (DDP also broadcasts rank 0's)."""
-    from torch import nn
 
     torch.manual_seed(seed)
     layers: list[Any] = []
@@ -270,8 +312,6 @@ def ddp_gradients(rank: int, world_size: int, batch: int = 8, average: Callable[
     """One step on this rank's share of a batch: gradients from DDP, or from a plain model plus
     `average(model)` (the exercise). Returns the flat gradient and the full-batch gradient of one
     process (computed here on the concatenated batch)."""
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     x, y = make_batch(batch * world_size)
     mine = slice(rank * batch, (rank + 1) * batch)
@@ -290,9 +330,6 @@ def ddp_gradients(rank: int, world_size: int, batch: int = 8, average: Callable[
 def ddp_check(rank: int, world_size: int, steps: int = 5, batch: int = 8) -> dict[str, Any]:
     """DDP on CPU: (1) one step's gradients equal those of one process on the concatenated batch;
     (2) after several steps the parameters of every rank are still identical; (3) `device_ids` fails."""
-    import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     got, full = ddp_gradients(rank, world_size, batch)
     out: dict[str, Any] = {
@@ -322,8 +359,6 @@ def ddp_check(rank: int, world_size: int, steps: int = 5, batch: int = 8) -> dic
 
 def checkpoint(rank: int, world_size: int, path: str = "") -> dict[str, Any]:
     """Save on rank 0 only, barrier, then every rank loads with `weights_only=True`."""
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     model = DDP(make_model(seed=rank))
     if rank == 0:
@@ -367,22 +402,46 @@ def epoch_orders(length: int, epochs: int, set_epoch: bool, rank: int = 0, world
 
 # ----------------------------------------------------------------------------------- network checks
 _PROBE = """
-import datetime, json, os, sys
+import datetime, json, os, sys, time
+import psutil
 os.environ["GLOO_SOCKET_IFNAME"] = "lo"
 os.environ["MASTER_ADDR"] = "127.0.0.1"
 os.environ["MASTER_PORT"] = sys.argv[1]
 import torch.distributed as dist
 from helpers.launcher import listening_addresses
-dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
-print(json.dumps(listening_addresses()))
+wait = datetime.timedelta(seconds=20)
+dist.init_process_group("gloo", rank=0, world_size=1, timeout=wait)
+found = {"listens": listening_addresses()}
 dist.destroy_process_group()
+# TIME_WAIT: a store and a client talk, the store closes first, then the client: the store's side of the
+# connection (on the store's port) is left in TIME_WAIT. Then a new store binds that port.
+port = int(sys.argv[2])
+def states():
+    return sorted({c.status for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port})
+server = dist.TCPStore("127.0.0.1", port, 1, True, wait)
+client = dist.TCPStore("127.0.0.1", port, 1, False, wait)
+client.set("k", "v")
+del server
+time.sleep(0.1)
+del client
+deadline = time.monotonic() + 5
+while psutil.CONN_TIME_WAIT not in states() and time.monotonic() < deadline:
+    time.sleep(0.05)
+found["time_wait"] = psutil.CONN_TIME_WAIT in states()
+started = time.monotonic()
+again = dist.TCPStore("127.0.0.1", port, 1, True, wait)
+found["rebound within 1 s"] = time.monotonic() - started < 1
+del again
+print(json.dumps(found))
 """
 
 
-def default_store_listens(timeout: float = 30.0) -> list[str]:
-    """Where a plain `init_process_group("gloo")` with `MASTER_ADDR=127.0.0.1` listens, checked while the
-    group is alive (one rank, a child process, in a private network namespace when available)."""
-    out = isolated([sys.executable, "-c", _PROBE, str(free_port())], timeout=timeout)
+def default_store_probe(timeout: float = 30.0) -> dict[str, Any]:
+    """torch's defaults, checked in a child process (in a private network namespace when available):
+    "listens", where a plain `init_process_group("gloo")` with `MASTER_ADDR=127.0.0.1` listens while
+    its group is alive; "time_wait", whether a store's port was left in TIME_WAIT after it closed; and
+    "rebound within 1 s", whether a new `TCPStore` then bound that same port at once."""
+    out = isolated([sys.executable, "-c", _PROBE, str(free_port()), str(free_port())], timeout=timeout)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -411,101 +470,163 @@ def torchrun_all(steps: int = 3, timeout: float = 40.0) -> dict[str, list[dict[s
 # ----------------------------------------------------------------------------------------- speed
 @dataclass
 class TrainRun:
-    """Steady-state throughput of one DDP (or single-process) training run."""
+    """Steady-state throughput of one DDP (or single-process) training run, timed in rounds."""
 
     world_size: int
     threads: int
-    samples_per_s: float
+    rounds: list[float]  # samples/s over all ranks in each timed round (a round: `steps` steps)
     startup: float  # seconds from launch to the first timed step (process start + group + warm-up)
-    seconds: float  # the timed steps
+    load: Load  # what other programs did to the machine during the launch
+
+    @property
+    def samples_per_s(self) -> float:
+        """The median round: one noisy round on a shared machine does not move it."""
+        return statistics.median(self.rounds)
+
+    @property
+    def spread(self) -> Spread:
+        return spread(self.rounds)
 
 
 def timed_training(
-    rank: int, world_size: int, batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 10, warmup: int = 2
-) -> dict[str, float]:
-    import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    rank: int,
+    world_size: int,
+    batch: int = 1024,
+    width: int = 512,
+    depth: int = 3,
+    steps: int = 3,
+    rounds: int = 5,
+    warmup: int = 2,
+) -> dict[str, Any]:
+    """Train an MLP (DDP when world_size > 1) on `batch` samples per rank per step: `warmup` steps, then
+    `rounds` rounds of `steps` steps, each round timed between barriers (every rank starts and ends it
+    together). Returns the seconds of each round and the wall-clock time of the first timed step."""
 
     model = make_model(width=width, depth=depth, inputs=width, outputs=10)
     ddp = DDP(model) if world_size > 1 else model
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     x = torch.randn(batch, width)
     y = torch.randint(0, 10, (batch,))
-    for i in range(warmup + steps):
-        if i == warmup:
-            dist.barrier()
-            started = time.perf_counter()
-            first = time.time()
+
+    def step() -> None:
         optimizer.zero_grad()
         nn.functional.cross_entropy(ddp(x), y).backward()
         optimizer.step()
-    dist.barrier()
-    return {"seconds": time.perf_counter() - started, "first_step": first}
+
+    for _ in range(warmup):
+        step()
+    times = []
+    first = 0.0
+    for r in range(rounds):
+        dist.barrier()
+        started = time.perf_counter()
+        if r == 0:
+            first = time.time()
+        for _ in range(steps):
+            step()
+        dist.barrier()
+        times.append(time.perf_counter() - started)
+    return {"seconds": times, "first_step": first}
 
 
-def timed_shapes(rank: int, world_size: int, shapes: dict[str, dict[str, int]], steps: int) -> dict[str, Any]:
+def timed_shapes(rank: int, world_size: int, shapes: dict[str, dict[str, int]], **kw: int) -> dict[str, Any]:
     """`timed_training` for each named shape in turn, in one group (one process start for all)."""
-    return {name: timed_training(rank, world_size, steps=steps, **shape) for name, shape in shapes.items()}
+    return {name: timed_training(rank, world_size, **kw, **shape) for name, shape in shapes.items()}
 
 
 def ddp_throughputs(
-    world_size: int, shapes: dict[str, dict[str, int]], threads: int = 1, steps: int = 10
+    world_size: int, shapes: dict[str, dict[str, int]], threads: int = 1, steps: int = 3, rounds: int = 5
 ) -> dict[str, TrainRun]:
     """Weak scaling: for each named shape (`batch`, `width`, `depth` of `timed_training`) every rank
-    trains on `batch` samples per step; samples/s over all ranks, timed from a barrier after warm-up.
-    All shapes run in one launch. Several threads per process need spawn (a fork of a threaded parent
-    hangs). `startup` is the time from the launch to the first timed step of the first shape."""
-
+    trains on `batch` samples per step; samples/s over all ranks in each of `rounds` rounds of `steps`
+    steps, timed from a barrier after warm-up. All shapes run in one launch, whose machine load is
+    measured. Several threads per process need spawn (a forked child of a threaded parent hangs in
+    OpenMP). `startup` is the time from the launch to the first timed step of the first shape."""
     world_size = positive_int("world_size", world_size)
     threads = positive_int("threads", threads)
     if not isinstance(shapes, dict) or not shapes:
         raise TypeError("shapes must be a non-empty dict of name -> {batch, width, depth}")
+    kw = {"shapes": shapes, "steps": positive_int("steps", steps), "rounds": positive_int("rounds", rounds)}
     method = "spawn" if threads > 1 else default_start_method()
     started = time.time()
-    kw = {"shapes": shapes, "steps": positive_int("steps", steps)}
-    results = launch(
-        [timed_shapes], world_size, start_method=method, threads=threads, kwargs={"timed_shapes": kw}, timeout=300
-    )
+    with measure_load() as load:
+        results = launch(
+            [timed_shapes], world_size, start_method=method, threads=threads, kwargs={"timed_shapes": kw}, timeout=300
+        )
+    assert load.result is not None
     runs = {}
     for name, shape in shapes.items():
         rows = [results[r]["timed_shapes"][name] for r in results]
-        seconds = max(row["seconds"] for row in rows)
-        first = min(row["first_step"] for row in rows)
         samples = world_size * shape.get("batch", 1024) * steps
-        runs[name] = TrainRun(world_size, threads, samples / seconds, first - started, seconds)
+        per_round = [samples / max(row["seconds"][i] for row in rows) for i in range(rounds)]
+        first = min(row["first_step"] for row in rows)
+        runs[name] = TrainRun(world_size, threads, per_round, first - started, load.result)
     return runs
 
 
+def which_wins(a: str, run_a: TrainRun, b: str, run_b: TrainRun) -> str:
+    """Which of two runs was faster, judged by all their rounds, not one: a run wins only when even its
+    slowest round beat the other's fastest; when their ranges overlap, they are within noise."""
+    if not isinstance(run_a, TrainRun) or not isinstance(run_b, TrainRun):
+        raise TypeError("run_a and run_b must be TrainRun results of ddp_throughputs")
+    if run_a.spread.low > run_b.spread.high:
+        return f"{a} was faster in every round: {run_a.samples_per_s / run_b.samples_per_s:.2f}x the median of {b}"
+    if run_b.spread.low > run_a.spread.high:
+        return f"{b} was faster in every round: {run_b.samples_per_s / run_a.samples_per_s:.2f}x the median of {a}"
+    return f"{a} and {b}: within noise of each other (their rounds overlap)"
+
+
 def ddp_throughput(
-    world_size: int, threads: int = 1, batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 10
+    world_size: int,
+    threads: int = 1,
+    batch: int = 1024,
+    width: int = 512,
+    depth: int = 3,
+    steps: int = 5,
+    rounds: int = 5,
 ) -> TrainRun:
     """`ddp_throughputs` for one shape (the bench's `ddp_speedup`)."""
     shape = {"batch": batch, "width": width, "depth": depth}
-    return ddp_throughputs(world_size, {"run": shape}, threads=threads, steps=steps)["run"]
+    return ddp_throughputs(world_size, {"run": shape}, threads=threads, steps=steps, rounds=rounds)["run"]
 
 
-def ring_timing(rank: int, world_size: int, numel: int = 1 << 20, repeats: int = 10) -> dict[str, float]:
-    import torch.distributed as dist
+def ring_timing(rank: int, world_size: int, numel: int = 1 << 20, repeats: int = 10) -> dict[str, list[float]]:
+    """Seconds of each of `repeats` all-reduces of a `numel` float32 tensor, the hand-written ring and
+    `dist.all_reduce` taking turns (so that a burst of load hits both), each started from a barrier."""
 
     data = torch.randn(numel)
-    times: dict[str, float] = {}
-    for name, fn in (("ring", lambda t: ring_allreduce(t)), ("all_reduce", dist.all_reduce)):
-        fn(data.clone())  # warm-up
-        dist.barrier()
-        started = time.perf_counter()
-        for _ in range(repeats):
-            fn(data.clone())
-        dist.barrier()
-        times[name] = (time.perf_counter() - started) / repeats
+    methods: dict[str, Callable[[torch.Tensor], Any]] = {"ring": ring_allreduce, "all_reduce": dist.all_reduce}
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    for i in range(repeats + 1):  # the first round warms up
+        for name, fn in methods.items():
+            t = data.clone()
+            dist.barrier()
+            started = time.perf_counter()
+            fn(t)
+            if i:
+                times[name].append(time.perf_counter() - started)
     return times
 
 
-def ring_vs_allreduce(nbytes: int = 4 << 20, repeats: int = 10, world_size: int = 2) -> dict[str, float]:
-    """Seconds per all-reduce of an `nbytes` float32 tensor: hand-written ring vs `dist.all_reduce`."""
+def ring_vs_allreduce(nbytes: int = 4 << 20, repeats: int = 10, world_size: int = 2) -> dict[str, Any]:
+    """Seconds per all-reduce of an `nbytes` float32 tensor, hand-written ring vs `dist.all_reduce`:
+    {"ring": Spread, "all_reduce": Spread, "load": Load}, each a median over `repeats` with its range
+    (one all-reduce is timed as the slowest rank's)."""
     numel = positive_int("nbytes", nbytes) // 4
-    results = launch([ring_timing], world_size, kwargs={"ring_timing": {"numel": numel, "repeats": repeats}})
-    return {name: max(results[r]["ring_timing"][name] for r in results) for name in ("ring", "all_reduce")}
+    kw = {"ring_timing": {"numel": numel, "repeats": positive_int("repeats", repeats)}}
+    with measure_load() as load:
+        results = launch([ring_timing], world_size, kwargs=kw)
+    return {"load": load.result, **ring_times(results)}
+
+
+def ring_times(results: dict[int, dict[str, Any]]) -> dict[str, Spread]:
+    """From a launch that ran `ring_timing`: the median, best and worst seconds per call of each method,
+    a call lasting as long as its slowest rank."""
+    out = {}
+    for name in ("ring", "all_reduce"):
+        per_call = zip(*(results[r]["ring_timing"][name] for r in sorted(results)), strict=True)
+        out[name] = spread(max(times) for times in per_call)
+    return out
 
 
 # ----------------------------------------------------------------------------------- failure demos
@@ -513,10 +634,6 @@ def uneven_rank(rank: int, world_size: int, ending: str = "join") -> dict[str, A
     """Rank r has 2 + r batches. `ending`: "barrier" (the short rank then waits in a collective: hang),
     "return" (it just leaves: the others' next all-reduce fails), "join" (the `Join` context manager
     shadows the missing all-reduces)."""
-    import torch.distributed as dist
-    from torch import nn
-    from torch.distributed.algorithms.join import Join
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     model = DDP(make_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -597,14 +714,38 @@ def uneven_hang(world_size: int = 2, tmpdir: str | None = None, timeout: float =
     for proc in others:
         proc.start()
     torch.set_num_threads(1)
+    importlib.import_module("torch._dynamo")  # DDP(...) imports it (slow): do it while the others start up
+
     init_group(0, world_size, port=port, timeout=timeout)
     uneven_rank(0, world_size, ending="barrier")  # hangs in dist.barrier()
     for proc in others:
         proc.join(timeout)
 
 
+def watch_hang(target: Callable[..., Any], reach: str, timeout: float = 6.0, attempts: int = 4, **kwargs: Any) -> Any:
+    """`watchdog.run(target, **kwargs)` for a demo that hangs once it has reached the function `reach`.
+
+    A hang demo is only a hang once the process waits where the lesson says. Before that it starts
+    processes, imports torch (and, at the first `DDP(...)`, `torch._dynamo`) and joins a group, which
+    takes several times longer on a busy machine. If the watchdog's deadline came before `reach` was on
+    the stack, the demo runs again with twice the time (at most `attempts` runs): the printed outcome
+    is the same on an idle laptop and on one with every core busy."""
+    import torch._dynamo  # noqa: F401 - the first DDP(...) of a process imports it; a forked child inherits it now
+
+    from helpers import watchdog
+
+    if not isinstance(reach, str) or not reach:
+        raise TypeError("reach must be the name of the function the hang waits in")
+    attempts = positive_int("attempts", attempts)
+    for _ in range(attempts):
+        outcome = watchdog.run(target, timeout=timeout, expect="hang", **kwargs)
+        if outcome.status != "hung" or reach in [name.split(".")[-1] for name in outcome.stack]:
+            break  # it got there, or it did not hang at all: more time would not change that
+        timeout *= 2
+    return outcome
+
+
 def mismatch_rank(rank: int, world_size: int) -> str:
-    import torch.distributed as dist
 
     t = torch.ones(2 + rank)  # rank 0 sends 2 numbers, rank 1 sends 3
     try:
@@ -626,7 +767,6 @@ def mismatch(debug: bool, timeout: float = 30.0) -> dict[int, str]:
 def foreign_listener_client(timeout: float = 2.0) -> str:
     """A store client whose port is held by something that is not a store (a plain listening socket
     that never answers): meant to run under the watchdog, because `timeout=` does not save it."""
-    import torch.distributed as dist
 
     with socket.socket() as foreign:
         foreign.bind((LOOPBACK, 0))
@@ -638,7 +778,6 @@ def foreign_listener_client(timeout: float = 2.0) -> str:
 
 def store_host_on_taken_port() -> str:
     """The rank that hosts the store, on a port something else already listens on: fails at once."""
-    import torch.distributed as dist
 
     with socket.socket() as other:
         other.bind((LOOPBACK, 0))

@@ -79,8 +79,8 @@ def free_port() -> int:
 
     Asking the OS instead of hard-coding 29500 is what makes a cell re-runnable: a fixed port fails
     with EADDRINUSE while another listener holds it (a job still running, a colleague's, a kernel that
-    kept its store). A port left in TIME_WAIT by the last run is no obstacle: the store binds with
-    SO_REUSEADDR. Another program may still take the port between this call and the bind (rare).
+    kept its store). A port left in TIME_WAIT by the last run is no obstacle: a new `TCPStore` binds
+    it at once (notebook 05 checks it). Another program may still take the port before the bind (rare).
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
@@ -137,8 +137,8 @@ def init_group(
     """Join the default gloo process group on this machine, loopback only.
 
     Exactly one of `port` (a store on 127.0.0.1, see `loopback_store`) and `init_file` (`file://`
-    rendezvous through a file every rank can see and lock with fcntl; nothing listens for it; a fresh
-    file for every group) is given. `GLOO_SOCKET_IFNAME=lo` keeps gloo's own connections on the
+    rendezvous through a file every rank can see and lock, torch's FileStore takes flock locks; nothing
+    listens for it; a fresh file for every group) is given. `GLOO_SOCKET_IFNAME=lo` keeps gloo's own connections on the
     loopback device; without it gloo binds to whatever address the host name resolves to.
     """
     import torch.distributed as dist

@@ -37,7 +37,13 @@ def _raises(model):
 @pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the checker pins fork")
 @pytest.mark.parametrize(
     "fn, words",
-    [(_average, "Correct"), (_sum_only, "divide"), (_unchanged, "unchanged"), (_raises, "raised"), (None, "write")],
+    [
+        (_average, "Correct"),
+        (_sum_only, "divide"),
+        (_unchanged, "unchanged"),
+        (_raises, "raised"),
+        (None, "write my_average_gradients"),
+    ],
 )
 def test_average_gradients_checker(fn, words):
     verdicts = [checks.average_gradients(fn) for _ in range(RUNS if fn is not _raises else 1)]

@@ -2,10 +2,12 @@
 launch runs most demos (each launch starts processes); the network claims of the notebook (what listens
 where) are checked here too."""
 
+import multiprocessing as mp
+
 import pytest
 
 from helpers import distributed as dd
-from helpers import launcher, watchdog
+from helpers import launcher
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,7 @@ def test_collectives_exact(group):
         assert c["all_reduce MAX of rank+1"] == [2.0]
         assert c["all_gather rank*10"] == [0.0, 10.0]
         assert c["barrier"] == "passed"
+        assert c["all_reduce AVG of int rank+1"].startswith("RuntimeError: result type Float can't be cast")
     assert c0["reduce SUM to 0"] == [3.0]
     assert c0["gather rank*10 to 0"] == [0.0, 10.0] and c1["gather rank*10 to 0"] is None
     assert c0["scatter 100+r from 0"] == [100.0] and c1["scatter 100+r from 0"] == [101.0]
@@ -103,8 +106,42 @@ def test_two_node_commands():
         dd.two_node_commands("etcd")
 
 
-def test_default_store_listens_on_all_interfaces():
-    assert {"::", "0.0.0.0"} & set(dd.default_store_listens())
+def test_default_store_listens_on_all_interfaces_and_rebinds_a_time_wait_port():
+    probe = dd.default_store_probe()
+    assert {"::", "0.0.0.0"} & set(probe["listens"])
+    assert probe["time_wait"] is True and probe["rebound within 1 s"] is True
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="started with fork to stay cheap")
+def test_first_group_bare(tmp_path):
+    import torch.multiprocessing as torch_mp
+
+    context = torch_mp.start_processes(
+        dd.first_group, args=(2, str(tmp_path)), nprocs=2, join=False, start_method="fork"
+    )
+    try:
+        assert context.join(timeout=60) or context.join(timeout=60)
+    finally:
+        for process in context.processes:
+            process.kill()
+            process.join(5)
+    rows = dd.read_ranks(str(tmp_path))
+    assert rows == [{"rank": r, "world_size": 2, "sum of rank+1": 3.0} for r in (0, 1)]
+    assert not (tmp_path / "rendezvous").exists()  # the last rank to leave deletes the file
+
+
+def test_which_wins_uses_every_round():
+    from helpers.timing import Load
+
+    load = Load(0.0, 0.0, 2, 1.0)
+    fast, slow = dd.TrainRun(2, 1, [10.0, 11.0, 12.0], 1.0, load), dd.TrainRun(1, 2, [5.0, 6.0, 9.0], 1.0, load)
+    overlapping = dd.TrainRun(1, 2, [5.0, 6.0, 10.5], 1.0, load)
+    assert fast.samples_per_s == 11.0 and fast.spread.low == 10.0
+    assert dd.which_wins("a", fast, "b", slow).startswith("a was faster in every round")
+    assert dd.which_wins("b", slow, "a", fast).startswith("a was faster in every round")
+    assert "within noise" in dd.which_wins("a", fast, "b", overlapping)
+    with pytest.raises(TypeError, match="run_a"):
+        dd.which_wins("a", 1.0, "b", slow)
 
 
 def test_uneven_join_then_return():
@@ -123,13 +160,16 @@ def test_uneven_join_then_return():
 
 
 def test_uneven_hang_shows_the_rank_in_barrier_and_leaves_its_files_where_told(tmp_path):
-    outcome = watchdog.run(dd.uneven_hang, tmpdir=str(tmp_path), timeout=4)
+    outcome = dd.watch_hang(dd.uneven_hang, reach="barrier", tmpdir=str(tmp_path))
     assert outcome.status == "hung"
     names = [name.split(".")[-1] for name in outcome.stack]
     assert names.index("uneven_hang") < names.index("uneven_rank") < names.index("barrier")
-    assert [p.name[:4] for p in tmp_path.iterdir()] == ["ddp-"]  # the killed job's folder, not in /tmp
+    left = [p.name[:4] for p in tmp_path.iterdir()]  # the killed jobs' folders (one per attempt), not in /tmp
+    assert left and set(left) == {"ddp-"}
     with pytest.raises(ValueError, match="world_size"):
         dd.uneven_hang(1)
+    with pytest.raises(TypeError, match="reach"):
+        dd.watch_hang(dd.uneven_hang, reach="")
 
 
 def test_mismatch_detail_reports_on_every_rank():
@@ -139,12 +179,13 @@ def test_mismatch_detail_reports_on_every_rank():
 
 def test_port_taken():
     assert dd.store_host_on_taken_port() == "DistNetworkError: address already in use (within 1 s: True)"
-    assert watchdog.run(dd.foreign_listener_client, timeout=3).status == "hung"
+    assert dd.watch_hang(dd.foreign_listener_client, reach="foreign_listener_client").status == "hung"
 
 
 def test_ddp_throughput_small():
-    run = dd.ddp_throughput(2, batch=8, width=8, depth=1, steps=2)
-    assert run.world_size == 2 and run.threads == 1 and run.samples_per_s > 0 and run.seconds > 0
+    run = dd.ddp_throughput(2, batch=8, width=8, depth=1, steps=2, rounds=3)
+    assert run.world_size == 2 and run.threads == 1 and len(run.rounds) == 3 and run.samples_per_s > 0
+    assert run.spread.low <= run.samples_per_s <= run.spread.high and run.load.cores >= 1
     with pytest.raises(ValueError, match="world_size"):
         dd.ddp_throughput(0)
     with pytest.raises(TypeError, match="shapes"):
@@ -152,8 +193,9 @@ def test_ddp_throughput_small():
 
 
 def test_ring_vs_allreduce_small():
-    times = dd.ring_vs_allreduce(4096, repeats=1)
-    assert set(times) == {"ring", "all_reduce"} and all(t > 0 for t in times.values())
+    times = dd.ring_vs_allreduce(4096, repeats=3)
+    assert set(times) == {"ring", "all_reduce", "load"}
+    assert all(times[name].n == 3 and 0 < times[name].low <= times[name].median for name in ("ring", "all_reduce"))
 
 
 def test_script_is_shipped_in_the_package():

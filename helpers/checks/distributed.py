@@ -33,7 +33,7 @@ def _average_rank(rank: int, world_size: int, average: Any = None) -> dict[str, 
 def average_gradients(fn: Any) -> Verdict:
     """Exercise: `fn(model)` turns each rank's gradients into the average over all ranks (what DDP does
     in backward), so one step equals one process on the concatenated batch. Runs 2 forked ranks."""
-    if (unready := not_ready(fn, "average_gradients", "(model) -> None")) is not None:
+    if (unready := not_ready(fn, "my_average_gradients", "(model) -> None")) is not None:
         return unready
     from helpers.launcher import launch
 

@@ -6,6 +6,19 @@ torchrun starts the processes and sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD
 MASTER_PORT for each; `init_process_group("gloo")` reads them (the env:// default). Each rank trains on
 its own batches and writes what it saw to OUTDIR/rank<RANK>.json instead of printing: the prints of several
 processes interleave at random, a file per rank does not.
+
+One line is a workaround, not a pattern: the `os._exit(0)` at the end of `main` (see the comment there).
+A real job ends the usual way, so that atexit handlers run and logs are flushed:
+
+    def main():
+        dist.init_process_group("gloo")
+        try:
+            train(...)
+        finally:
+            dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        main()
 """
 
 import faulthandler
@@ -65,15 +78,19 @@ def main() -> None:
         "--local-rank passed": any(arg.startswith("--local") for arg in sys.argv),
         "params identical on all ranks": identical,
         "torchrun agent listens on": listening(os.getppid()),  # its rendezvous store, while the job runs
+        "agent pid": os.getppid(),  # c10d sorts its participants by (host name, agent pid, local id)
     }
     with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
     dist.barrier()  # every rank is done with the group before any rank closes its connections
     dist.destroy_process_group()
-    # Leave without the interpreter's teardown. In this torch, a DDP model leaves gloo's threads running
-    # after destroy_process_group (see /proc/self/task), and tearing them down at exit sometimes aborts
-    # the process ("terminate called without an active exception", SIGABRT): torchrun then reports a job
-    # that did all its work as failed, and the other node waits for it. Everything is written and closed.
+    # WORKAROUND for torch 2.13, not a template: leave without the interpreter's teardown. A DDP model
+    # leaves gloo's threads running after destroy_process_group (see /proc/self/task), and tearing them
+    # down at interpreter exit sometimes aborted a rank here ("terminate called without an active
+    # exception", SIGABRT): torchrun then reports a job that did all its work as failed, and the other
+    # node waits for it. os._exit skips atexit handlers and buffered logs, so it comes only after every
+    # result is written and closed and the streams are flushed. A job that does not hit the abort ends
+    # normally instead (see the module docstring).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
