@@ -1,0 +1,218 @@
+"""Unit tests of helpers.ddp_practice (notebook 07). One launch runs the rank demos the notebook's claims
+rest on; one pair of torchrun jobs checks the crash-and-resume claim (bitwise equal weights)."""
+
+import multiprocessing as mp
+import os
+import sys
+
+import pytest
+import torch
+
+from helpers import ddp_practice as dp
+
+needs_fork = pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="fast launches need fork")
+
+
+def test_accumulated_gradient_equals_the_big_batch():
+    got = dp.accumulated_gradient(k=4, size=8)
+    assert got["allclose"] and got["max abs difference < 1e-6"]
+
+
+def test_micro_batches_validate_and_repeat():
+    a, b = dp.micro_batches(3, 5, rank=1), dp.micro_batches(3, 5, rank=1)
+    assert len(a) == 3 and a[0][0].shape == (5, 4)
+    assert all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b, strict=True))
+    with pytest.raises(ValueError, match="k"):
+        dp.micro_batches(0, 5)
+
+
+def test_lr_scaling_unscaled_large_batch_lags_and_scaled_keeps_up():
+    curves = dp.lr_scaling({"small": (16, 0.05), "big": (64, 0.05), "scaled": (64, 0.2)}, epochs=5)
+    assert curves["big"][-1] > 2 * curves["small"][-1]
+    assert curves["scaled"][-1] < 1.5 * curves["small"][-1]
+    with pytest.raises(TypeError):
+        dp.lr_scaling({})
+
+
+def test_sharded_stream_in_one_process():
+    # without DataLoader workers the stream is sharded by rank only
+    assert list(dp.ShardedStream(6, rank=1, world_size=2)) == [1, 3, 5]
+    with pytest.raises(ValueError, match="n"):
+        dp.ShardedStream(0, 0, 1)
+
+
+def test_snapshot_is_atomic_and_resume_is_bitwise(tmp_path):
+    model, optimizer = dp.new_training()
+    dp.train_epochs(model, optimizer, range(1))
+    path = tmp_path / "snapshot.pt"
+    assert dp.load_snapshot(path, *dp.new_training()) == 0  # no snapshot yet: start at epoch 0
+    dp.save_snapshot(path, model, optimizer, epoch=0)
+    assert sorted(os.listdir(tmp_path)) == ["snapshot.pt"]  # the temporary file was renamed
+    assert dp.load_snapshot(path, *dp.new_training(seed=5)) == 1
+    assert dp.resume_run(dp.load_snapshot)["bitwise equal"]
+
+
+def test_root_cause_keeps_only_what_is_stable():
+    summary = """
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+resumable_train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_08:40:11
+  host      : box
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 4242)
+  error_file: /tmp/torchelastic_x/attempt_0/1/error.json
+  traceback : Traceback (most recent call last):
+    File "/work/x.py", line 3, in main
+      raise FloatingPointError("loss is NaN")
+  FloatingPointError: loss is NaN
+
+============================================================
+"""
+    assert dp.root_cause(summary) == "rank 1, exit code 1, FloatingPointError: loss is NaN"
+    killed = summary.replace("exitcode  : 1 (pid: 4242)", "exitcode  : -9 (pid: 4242)").replace(
+        "  traceback : Traceback", "  traceback : Signal 9 (SIGKILL) received by PID 4242\n  x"
+    )
+    assert "killed by SIGKILL" in dp.root_cause(killed) and "-9" in dp.root_cause(killed)
+    with pytest.raises(TypeError):
+        dp.root_cause(None)
+
+
+def test_captured_stderr_takes_fd_2_and_drops_the_log_prefix():
+    with dp.captured_stderr() as lines:
+        os.write(2, b"[rank0]:[W1201 08:36:33.442817839 reducer.cpp:1529] Warning: something\n")
+    assert lines == ["Warning: something"]
+
+
+def notebook_like():
+    return None
+
+
+def test_pickled_by_reference():
+    assert dp.pickled_by_reference(dp.evaluation) == "found helpers.ddp_practice.evaluation"
+    notebook_like.__module__ = "__main__"  # what a function defined in a notebook cell carries
+    sys.modules["__main__"].notebook_like = notebook_like
+    try:
+        assert "Can't get attribute 'notebook_like'" in dp.pickled_by_reference(notebook_like)
+    finally:
+        del sys.modules["__main__"].notebook_like
+
+
+def test_unused_branch_rejects_bad_modes():
+    with pytest.raises(ValueError, match="mode"):
+        dp.unused_branch(0, 1, mode="fast")
+    with pytest.raises(ValueError, match="uses"):
+        dp.unused_branch(0, 1, uses="sometimes")
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    demos = [
+        dp.count_plain,
+        dp.count_no_sync,
+        dp.buffers_and_batchnorm,
+        dp.evaluation,
+        dp.sharded_stream,
+        dp.unused_plain,
+        dp.unused_found,
+        dp.static_never,
+        dp.static_sometimes,
+        dp.missing_one,
+        dp.missing_zero,
+        dp.rank_dependent,
+        dp.uninterrupted,
+    ]
+    return dp.launch(
+        demos, 2, start_method="fork" if "fork" in mp.get_all_start_methods() else None, failures="report", timeout=180
+    )
+
+
+def test_no_sync_skips_all_reduces_with_the_same_gradient(ranks):
+    for rank in (0, 1):
+        assert [s["syncs"] for s in ranks[rank]["count_plain"]["per_step"]] == [4, 4]
+        assert [s["syncs"] for s in ranks[rank]["count_no_sync"]["per_step"]] == [1, 1]
+        assert ranks[rank]["count_plain"]["full"] and ranks[rank]["count_no_sync"]["full"]
+
+
+def test_unused_parameters_errors_and_fixes(ranks):
+    for rank in (0, 1):
+        plain = ranks[rank]["unused_plain"]
+        assert plain["step"] == 1 and plain["error"][0].startswith("Expected to have finished reduction")
+        assert f"Parameter indices which did not receive grad for rank {rank}: 2 3" in plain["error"]
+        assert ranks[rank]["unused_found"]["params identical on all ranks"]
+        assert ranks[rank]["static_never"]["params identical on all ranks"]
+        assert "graph has changed" in ranks[rank]["static_sometimes"]["error"][0]
+    assert "Timed out" in ranks[0]["rank_dependent"]["error"][0]
+    assert ranks[0]["rank_dependent"]["seconds"] < 10
+
+
+def test_buffers_batchnorm_and_sync_batchnorm(ranks):
+    bn = ranks[0]["buffers_and_batchnorm"]
+    assert not bn["equal after a training forward"] and bn["equal after an eval forward"] and bn["equal to rank 0's"]
+    assert not bn["forward_sync_buffers=False: equal after eval"]
+    assert bn["broadcast_buffers warns"] == ["FutureWarning: `broadcast_buffers` is deprecated"]
+    assert bn["averaged mean == whole batch's"] and not bn["averaged var == whole batch's"]
+    assert bn["SyncBatchNorm on CPU"].startswith("ValueError: SyncBatchNorm")
+
+
+def test_evaluation_and_sharding(ranks):
+    ev = ranks[0]["evaluation"]
+    assert ev["exact accuracy"] == ev["exact from gathered"] == 6 / 11
+    assert ev["drop_last=False: averaged accuracy"] != ev["exact accuracy"]
+    assert ev["drop_last=True: averaged accuracy"] != ev["exact accuracy"]
+    assert ranks[0]["sharded_stream"]["rank x workers"]["times each sample was seen"] == [1]
+    assert ranks[0]["sharded_stream"]["ranks only"]["times each sample was seen"] == [2]
+
+
+def test_monitored_barrier_names_the_missing_rank_only_from_rank_0(ranks):
+    assert "Rank 1 failed to pass monitoredBarrier" in ranks[0]["missing_one"]["error"]
+    assert "from rank 0" in ranks[1]["missing_zero"]["error"]
+
+
+def test_lonely_rank_fails_after_its_timeout():
+    from helpers import watchdog
+
+    outcome = watchdog.run(dp.lonely_rank, 1.0, timeout=30)
+    assert outcome.status == "returned" and outcome.value["error"]
+    assert 0.9 < outcome.value["seconds"] < 10
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    return dp.crash_and_resume(epochs=4, kill=(1, 1, 1))
+
+
+def test_killed_rank_resumes_to_bitwise_equal_weights(ranks, jobs):
+    plain, resumed = jobs["uninterrupted"], jobs["killed and resumed"]
+    assert plain.failure == resumed.failure == ""
+    assert torch.equal(plain.final, resumed.final)
+    assert torch.equal(resumed.final, torch.tensor(ranks[0]["uninterrupted"]))  # the notebook's reference
+    starts = [(e["attempt"], e["start_epoch"]) for e in resumed.events[0] if e["event"] == "start"]
+    assert starts == [(0, 0), (1, 1)]
+    assert [e["previous_attempt_key_found"] for e in resumed.events[0] if e["event"] == "start"] == [None, True]
+    assert dp.restart_seconds(resumed) > 0
+
+
+def test_torchrun_job_validates():
+    with pytest.raises(ValueError, match="kill"):
+        dp.torchrun_job(2, kill=(1, -1, 0))
+
+
+def test_restart_overhead_figure(jobs, monkeypatch):
+    monkeypatch.setattr(dp, "crash_and_resume", lambda epochs: jobs)
+    figure = dp.restart_overhead()
+    assert figure.floor is None and figure.limit is None and figure.ratio > 0
+    assert figure.conditions == {"final weights equal": True} and figure.details["restart_s"] > 0
+
+
+@needs_fork
+def test_no_sync_saving_figure_small():
+    figure = dp.no_sync_saving(k=2, steps=1, repeats=1, width=64)
+    assert figure.floor == 1.3 and figure.limit == 2 and figure.ratio > 0
+    assert set(figure.details) >= {"s_per_step_plain", "s_per_step_no_sync", "start_method", "load"}
