@@ -19,16 +19,17 @@ export TORCH_BUILD
 USER_ID   ?= $(shell id -u)
 ROOT_ARGS ?= $(if $(filter 0,$(USER_ID)),--allow-root)
 
-.PHONY: lab test test-under-load notebooks lint setup clean check student
+.PHONY: lab test test-under-load test-browser notebooks lint setup clean check student
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml tools/install_torch.py
+$(STAMP): requirements.txt pyproject.toml tools/install_torch.py helpers/kernel.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python tools/install_torch.py
 	$(BIN)/python -m pip install --disable-pip-version-check -r requirements.txt
 	$(BIN)/python -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e . \
 	  || $(BIN)/python -m pip install --disable-pip-version-check --no-deps -e .
+	$(BIN)/python -m helpers.kernel
 	@touch $(STAMP)
 
 lab: $(STAMP)
@@ -56,6 +57,18 @@ test: $(STAMP)
 # an idle machine.
 test-under-load: $(STAMP)
 	$(BIN)/python tests/passes.py --under-load
+
+# JupyterLab in a real headless Chromium: every notebook opened as a learner sees it, those with widgets
+# run with Run All. Needs a Chromium (e.g. Debian's `chromium`); Playwright goes into .venv from
+# requirements-browser.txt, not into the learners' requirements.txt.
+BROWSER_STAMP := $(VENV)/.installed-browser
+
+$(BROWSER_STAMP): requirements-browser.txt $(STAMP)
+	$(BIN)/python -m pip install --disable-pip-version-check -r requirements-browser.txt
+	@touch $(BROWSER_STAMP)
+
+test-browser: $(BROWSER_STAMP)
+	$(BIN)/python tests/browser/lab_check.py
 
 # Re-execute every notebook top to bottom and store its outputs (run after changing a notebook or helpers).
 notebooks: $(STAMP)
