@@ -28,7 +28,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from helpers import orientation
+from helpers import ddp_practice, orientation
 from helpers.environment import default_start_method, usable_cores
 from helpers.errors import short_error
 from helpers.timing import measure_load, read_ratio
@@ -415,6 +415,8 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "pool_io_scaling": pool_io_scaling,
     "ddp_speedup": ddp_speedup,
     "ring_allreduce": ring_allreduce,
+    "no_sync_saving": ddp_practice.no_sync_saving,
+    "restart_overhead": ddp_practice.restart_overhead,
 }
 
 

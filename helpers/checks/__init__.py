@@ -12,6 +12,7 @@ Each chapter's checkers live in their own module here and are re-exported, so a 
 """
 
 from helpers.checks.core import Verdict, verdict
+from helpers.checks.ddp_practice import no_sync_accumulation, resume_from_snapshot
 from helpers.checks.distributed import average_gradients, sampler_epochs
 from helpers.checks.hogwild import shared_model, shared_momentum
 from helpers.checks.loading import io_workers, shard_bounds, worker_init_fn
@@ -40,4 +41,6 @@ __all__ = [
     "sampler_epochs",
     "fixed_mystery",
     "safe_get",
+    "no_sync_accumulation",
+    "resume_from_snapshot",
 ]
