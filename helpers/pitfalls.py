@@ -75,7 +75,7 @@ _BIG = 8_000_000  # bytes: far larger than a pipe's buffer (64 KiB on Linux)
 def _fork_or_default() -> Any:
     """The fork context where it exists (demos whose lesson does not depend on the start method, pinned
     to fork because a spawn child pays ~1.5 s to import torch), else the default one."""
-    return mp.get_context("fork" if "fork" in mp.get_all_start_methods() else None)
+    return mp.get_context("fork") if "fork" in mp.get_all_start_methods() else default_context()
 
 
 # ---- 1. fork after threads -----------------------------------------------------------------------
@@ -686,6 +686,8 @@ def spawn_arguments(fn: Callable[..., Any], nprocs: int = 2, timeout: float = _W
     import torch
     import torch.multiprocessing as tmp
 
+    from helpers.pool import remove_error_files
+
     positive_int("nprocs", nprocs)
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     out = torch.zeros(nprocs, dtype=torch.int64).share_memory_()
@@ -704,6 +706,7 @@ def spawn_arguments(fn: Callable[..., Any], nprocs: int = 2, timeout: float = _W
             if proc.is_alive():
                 proc.kill()
             proc.join(5)
+        remove_error_files(context)  # the failing rank's pytorch-errorfile-*.pickle in the temporary folder
     return f"results by rank: {out.tolist()}"
 
 

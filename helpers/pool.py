@@ -18,7 +18,6 @@ import logging
 import multiprocessing as mp
 import os
 import queue
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ __all__ = [
     "pool_error",
     "with_spawn",
     "spawn_failure",
+    "remove_error_files",
     "CollectRun",
     "collect_and_train",
     "scaling",
@@ -268,21 +268,31 @@ def _fail_or_wait(rank: int, seconds: float) -> None:
     time.sleep(seconds)
 
 
+def remove_error_files(context: Any) -> None:
+    """Delete the traceback files (`pytorch-errorfile-*.pickle`) a `ProcessContext`'s failing ranks wrote.
+
+    torch names one per rank in `context.error_files` (in the temporary folder) and never removes them.
+    We remove them by name rather than by pointing `tempfile.tempdir` at a folder of our own while the
+    ranks start: that setting is process-wide, and multiprocessing creates its own `pymp-*` folder (and,
+    under forkserver, the server's socket) in whatever folder it names, which would then vanish with it.
+    """
+    for path in getattr(context, "error_files", None) or ():
+        if path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
 @contextlib.contextmanager
 def _spawn_hygiene() -> Iterator[None]:
-    """Quiet torch's "Terminating process N via signal SIGTERM" log line (it carries a pid and a time),
-    and keep the traceback files failing ranks write (pytorch-errorfile-*) in a folder we remove."""
+    """Quiet torch's "Terminating process N via signal SIGTERM" log line (it carries a pid and a time)
+    while the block runs. The caller removes the error files with `remove_error_files`."""
     logger = logging.getLogger("torch.multiprocessing.spawn")
     level = logger.level
     logger.setLevel(logging.ERROR)
-    saved = tempfile.tempdir
-    with tempfile.TemporaryDirectory(prefix="spawn-") as folder:
-        tempfile.tempdir = folder
-        try:
-            yield
-        finally:
-            tempfile.tempdir = saved
-            logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def with_spawn(items: Sequence[int], nprocs: int = 4, timeout: float = _WAIT) -> dict[str, Any]:
@@ -297,10 +307,13 @@ def with_spawn(items: Sequence[int], nprocs: int = 4, timeout: float = _WAIT) ->
     out = torch.full((len(items),), -1, dtype=torch.long).share_memory_()
     with _spawn_hygiene():
         context = tmp.spawn(_spawn_rank, args=(items, out, nprocs), nprocs=nprocs, join=False)
-        report: dict[str, Any] = {"returned": type(context).__name__}
-        report["join(timeout=0) right after start"] = context.join(timeout=0)
-        join_spawned(context, timeout)
-        report["join() at the end"] = context.join()
+        try:
+            report: dict[str, Any] = {"returned": type(context).__name__}
+            report["join(timeout=0) right after start"] = context.join(timeout=0)
+            join_spawned(context, timeout)
+            report["join() at the end"] = context.join()
+        finally:
+            remove_error_files(context)
     report["results"] = out.tolist()
     report["exit codes"] = [p.exitcode for p in context.processes]
     return report
@@ -323,6 +336,8 @@ def spawn_failure(nprocs: int = 2, seconds: float = 30.0, timeout: float = _WAIT
             }
         else:
             report = {"raised": "nothing"}
+        finally:
+            remove_error_files(context)
     report["exit codes"] = [p.exitcode for p in context.processes]
     return report
 

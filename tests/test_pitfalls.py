@@ -109,6 +109,16 @@ def test_tutorial_pairs():
     assert state["shared weights changed"] and not state["parent's optimizer has momentum state"]
 
 
+@needs_fork
+def test_spawn_arguments_leaves_no_error_file():
+    import tempfile
+    from pathlib import Path
+
+    before = set(Path(tempfile.gettempdir()).glob("pytorch-errorfile-*"))
+    assert "TypeError" in pitfalls.spawn_arguments(pitfalls.takes_only_a)
+    assert set(Path(tempfile.gettempdir()).glob("pytorch-errorfile-*")) <= before
+
+
 @pytest.mark.parametrize(
     ("call", "error"),
     [

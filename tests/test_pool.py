@@ -75,6 +75,39 @@ def test_spawn_runs_fn_with_rank_and_returns_a_context():
         pools.with_spawn([1], nprocs=0)
 
 
+def test_spawn_helpers_never_redirect_the_temporary_folder(monkeypatch):
+    """Python 3.14's forkserver keeps its socket in a pymp-* folder under tempfile's folder: a process-wide
+    redirect to a folder that is then deleted breaks every later start (issue 21). Record the folder
+    tempfile names while torch starts the ranks."""
+    import tempfile
+
+    import torch.multiprocessing  # noqa: F401 - loads the module patched below
+
+    spawn_module = sys.modules["torch.multiprocessing.spawn"]  # `torch.multiprocessing.spawn` is the function
+    seen = []
+    real = spawn_module.start_processes
+
+    def recording(*args, **kwargs):
+        seen.append((tempfile.tempdir, tempfile.gettempdir()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(spawn_module, "start_processes", recording)
+    saved = (tempfile.tempdir, tempfile.gettempdir())
+    pools.with_spawn([1, 0], nprocs=2)
+    pools.spawn_failure(nprocs=2, seconds=30)
+    assert seen == [saved, saved]
+
+
+def test_remove_error_files_deletes_the_named_files_only(tmp_path):
+    class Context:
+        error_files = [str(tmp_path / "pytorch-errorfile-a.pickle"), str(tmp_path / "absent.pickle"), None]
+
+    (tmp_path / "pytorch-errorfile-a.pickle").write_bytes(b"x")
+    (tmp_path / "other.txt").write_text("kept")
+    pools.remove_error_files(Context())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.txt"]
+
+
 def test_spawn_failure_raises_and_terminates_the_other_ranks():
     import tempfile
     from pathlib import Path
