@@ -62,6 +62,8 @@ __all__ = [
     "takes_rank_and_a",
     "takes_only_a",
     "workers_by_reflex",
+    "cpu_quota",
+    "openmp_runtime",
     "epoch_draws",
     "SCRIPTS",
     "write_script",
@@ -126,6 +128,21 @@ def fork_after_lock(held: bool, timeout: float = 2.0) -> Any:
 def square(x: int) -> int:
     """The same function as the notebook's, defined in a module: spawn children can import it."""
     return x * x
+
+
+def openmp_runtime() -> str:
+    """Which OpenMP runtime this process has loaded, read from its memory map (Linux only): the fork hang
+    of section 1 is GNU libgomp's; Intel's runtime (and LLVM's libomp, derived from it) re-create their
+    threads in a forked child."""
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        return "unknown (no /proc/self/maps on this platform)"
+    text = maps.read_text()
+    found = [name for key, name in _OPENMP_LIBRARIES if key in text]
+    return ", ".join(found) if found else "none loaded"
+
+
+_OPENMP_LIBRARIES = (("libgomp", "GNU libgomp"), ("libiomp", "Intel libiomp"), ("libomp.", "LLVM libomp"))
 
 
 # ---- 4. queues -----------------------------------------------------------------------------------
@@ -587,6 +604,27 @@ def worker_error(num_workers: int) -> dict[str, str]:
 # ---- 10. mistakes from tutorials -----------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _no_empty_inductor_cache_left() -> Iterator[None]:
+    """`optimizer.step()` imports torch._dynamo, which creates torch's compile cache folder
+    (`torchinductor_<user>` in the temporary folder) even when nothing is compiled. Remove it afterwards if
+    it is new and still empty, so a demo leaves nothing in the temporary folder; a folder that holds
+    anything, or existed before, is left alone."""
+    import getpass
+    import tempfile
+
+    folder = Path(
+        os.environ.get("TORCHINDUCTOR_CACHE_DIR") or Path(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+    )
+    existed = folder.exists()
+    try:
+        yield
+    finally:
+        if not existed:
+            with contextlib.suppress(OSError):  # not empty, or already gone: leave it
+                folder.rmdir()
+
+
 def _steps(rank: int, model: Any, optimizer: Any, build_own: bool) -> None:
     import torch
 
@@ -618,7 +656,7 @@ def optimizer_in_workers(build_in: str) -> dict[str, bool]:
     from helpers.processes import running
 
     procs = [ctx.Process(target=_steps, args=(r, model, optimizer, build_in == "worker")) for r in range(2)]
-    with running(procs, timeout=_WAIT):
+    with _no_empty_inductor_cache_left(), running(procs, timeout=_WAIT):
         pass
     return {
         "workers finished": all(p.exitcode == 0 for p in procs),
@@ -654,20 +692,30 @@ def softmax_into_cross_entropy(steps: int = 100) -> dict[str, float]:
     y = torch.randint(0, 5, (1000,), generator=g)
     x = centres[y] + torch.randn(1000, 10, generator=g)
     result: dict[str, float] = {}
-    for name in ("logits", "softmax"):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        loss_fn = torch.nn.CrossEntropyLoss()
-        for _ in range(steps):
-            out = model(x)
-            loss = loss_fn(out.softmax(dim=1) if name == "softmax" else out, y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        with torch.no_grad():
-            result[f"{name}: loss"] = round(loss.item(), 2)
-            result[f"{name}: accuracy %"] = round((model(x).argmax(1) == y).float().mean().item() * 100, 1)
+    with _no_empty_inductor_cache_left():
+        for name in ("logits", "softmax"):
+            result.update(_train_classifier(name, x, y, steps))
+    return result
+
+
+def _train_classifier(name: str, x: Any, y: Any, steps: int) -> dict[str, float]:
+    """One run of `softmax_into_cross_entropy`: "logits" (right) or "softmax" (wrong) into the loss."""
+    import torch
+
+    result: dict[str, float] = {}
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for _ in range(steps):
+        out = model(x)
+        loss = loss_fn(out.softmax(dim=1) if name == "softmax" else out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        result[f"{name}: loss"] = round(loss.item(), 2)
+        result[f"{name}: accuracy %"] = round((model(x).argmax(1) == y).float().mean().item() * 100, 1)
     return result
 
 
@@ -738,6 +786,34 @@ def workers_by_reflex(ranks: int = 2) -> dict[str, Any]:
         f"processes on {cores} core(s) with {ranks} ranks": ranks * (1 + (os.cpu_count() or 1)),
         "right: num_workers per rank": wanted,
     }
+
+
+def cpu_quota(root: str | os.PathLike[str] = "/sys/fs/cgroup") -> float | None:
+    """The CPU quota of this process's cgroup in cores (`docker --cpus=1.5` gives 1.5), or None if there is
+    none. Neither `os.cpu_count()` nor `os.sched_getaffinity()` see a quota (python/cpython#80235), and
+    torch's default thread count ignores it too, so size workers and threads from
+    min(usable cores, ceil(quota)). Reads cgroup v2 `cpu.max`, else v1 `cpu.cfs_quota_us`/`cfs_period_us`."""
+    base = Path(root)
+    candidates = [base / "cpu.max"]  # in a container, its own group is mounted at the root
+    own = Path("/proc/self/cgroup")
+    if own.exists():  # cgroup v2 names this process's group on a line "0::/path"
+        for line in own.read_text().splitlines():
+            if line.startswith("0::") and line[3:].strip("/"):
+                candidates.insert(0, base / line[3:].strip("/") / "cpu.max")
+    for path in candidates:
+        if path.exists():
+            return _quota_from(path.read_text())
+    v1 = base / "cpu" / "cpu.cfs_quota_us"
+    if v1.exists():
+        quota = int(v1.read_text())
+        return None if quota < 0 else quota / int((base / "cpu" / "cpu.cfs_period_us").read_text())
+    return None
+
+
+def _quota_from(cpu_max: str) -> float | None:
+    """'150000 100000' -> 1.5 cores; 'max 100000' -> None."""
+    quota, _, period = cpu_max.strip().partition(" ")
+    return None if quota == "max" else int(quota) / int(period or 100000)
 
 
 def _seed_from_global_state(worker_id: int) -> None:
