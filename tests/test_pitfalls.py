@@ -1,15 +1,14 @@
-"""helpers.pitfalls and its checkers: each wrong/right pair behaves as notebook 06 says, the checkers fail
-wrong answers, and bad arguments are refused with a clear error. The slow hang demos run once each, with
+"""helpers.pitfalls: each wrong/right pair behaves as notebook 06 says, and bad arguments are refused with
+a clear error (its checkers: tests/test_checkers_pitfalls.py). The slow hang demos run once each, with
 short watchdog limits."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import queue as queue_module
 
 import pytest
 
-from helpers import checks, pitfalls, watchdog
+from helpers import pitfalls, watchdog
 
 HAS_FORK = "fork" in mp.get_all_start_methods()
 needs_fork = pytest.mark.skipif(not HAS_FORK, reason="needs the fork start method")
@@ -149,48 +148,6 @@ def test_spawn_arguments_leaves_no_error_file():
 def test_bad_arguments_are_refused(call, error):
     with pytest.raises(error):
         call()
-
-
-def test_fixed_mystery_checker_fails_the_original_and_passes_the_fix():
-    assert not checks.fixed_mystery(None)
-    original = pitfalls.SCRIPTS["mystery"]
-    hung = checks.fixed_mystery(original, timeout=2)
-    assert not hung and "BaseProcess.join" in repr(hung)
-    no_join = original.replace("    worker.join()\n", "")
-    assert not checks.fixed_mystery(no_join) and "join the worker" in repr(checks.fixed_mystery(no_join))
-    fixed = original.replace(
-        "    worker.join()\n    features = queue.get()\n", "    features = queue.get(timeout=60)\n    worker.join(60)\n"
-    )
-    assert checks.fixed_mystery(fixed)
-
-
-def _blocking_get(queue, producer, timeout):
-    return queue.get()
-
-
-def _one_timeout(queue, producer, timeout):
-    return queue.get(timeout=timeout)
-
-
-def _asks_the_producer(queue, producer, timeout):
-    while True:
-        try:
-            return queue.get(timeout=timeout)
-        except queue_module.Empty:
-            if not producer.is_alive():
-                raise RuntimeError("producer died") from None
-
-
-@needs_fork
-def test_safe_get_checker_fails_wrong_answers():
-    assert not checks.safe_get(None)
-    gives_up = checks.safe_get(_one_timeout)
-    assert not gives_up and "slower than one timeout" in repr(gives_up)
-    hangs = checks.safe_get(_blocking_get, timeout=3)
-    assert not hangs and "Never get() without a timeout" in repr(hangs)
-    assert checks.safe_get(_asks_the_producer)
-    with pytest.raises(TypeError):
-        checks.safe_get(42)
 
 
 def test_pool_without_guard_hangs_and_leaves_no_semaphore_files(tmp_path):
