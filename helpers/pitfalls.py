@@ -669,11 +669,12 @@ def ddp_on_cpu(device_ids: list[int] | None) -> str:
     """Wrap a model in DDP on a one-rank gloo group with `device_ids` (a GPU-only argument) or without;
     returns the error line or "wrapped". Run it in a child (it makes a process group)."""
     import torch
-    from torch.nn.parallel import DistributedDataParallel
 
     if device_ids is not None and not isinstance(device_ids, list):
         raise TypeError(f"device_ids must be a list or None, got {type(device_ids).__name__}")
-    with process_group():
+    with _no_empty_inductor_cache_left(), process_group():  # importing DDP imports torch._dynamo
+        from torch.nn.parallel import DistributedDataParallel
+
         try:
             model = DistributedDataParallel(torch.nn.Linear(2, 2), device_ids=device_ids)
             return f"wrapped; parameters on {next(model.parameters()).device}"

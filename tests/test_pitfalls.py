@@ -157,3 +157,21 @@ def test_pool_without_guard_hangs_and_leaves_no_semaphore_files(tmp_path):
     outcome = watchdog.run_script(pitfalls.write_script("pool_no_guard", tmp_path), timeout=2)
     assert outcome.status == "hung" and "bootstrapping phase" in outcome.stderr_error
     assert watchdog._mp_names() <= before
+
+
+def test_an_empty_compile_cache_folder_made_by_a_demo_is_removed(tmp_path, monkeypatch):
+    """optimizer.step() and DDP import torch._dynamo, which makes torchinductor_<user> in the temporary
+    folder: a demo removes it when it made it and it stayed empty, and leaves anything else alone."""
+    cache = tmp_path / "torchinductor_test"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    with pitfalls._no_empty_inductor_cache_left():
+        cache.mkdir()
+    assert not cache.exists()
+    with pitfalls._no_empty_inductor_cache_left():
+        cache.mkdir()
+        (cache / "kept").write_text("a real cache entry")
+    assert (cache / "kept").exists()
+    (cache / "kept").unlink()
+    with pitfalls._no_empty_inductor_cache_left():  # existed before: left alone
+        pass
+    assert cache.exists()
