@@ -808,7 +808,16 @@ def _iterate_loader(num_workers: int) -> int:
 
     torch.set_num_threads(1)
     loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=2, num_workers=num_workers)
-    return sum(len(batch[0]) for batch in loader)
+    try:
+        return sum(len(batch[0]) for batch in loader)
+    except AssertionError as exc:  # "daemonic processes are not allowed to have children"
+        error = exc
+    # The failed iterator made its queues before starting a worker; under spawn and forkserver their
+    # semaphores are files in /dev/shm until collected, and the pool ends this worker with SIGTERM (no
+    # clean-up). Drop the traceback that holds them, collect, then raise the same error.
+    error.__traceback__ = None
+    gc.collect()
+    raise error
 
 
 def loader_in_pool_worker(num_workers: int = 2, start_method: str | None = None) -> str:

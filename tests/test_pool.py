@@ -268,6 +268,15 @@ def test_pool_workers_cannot_start_dataloader_workers():
         pools.loader_in_pool_worker("2")
 
 
+@pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver") if m in mp.get_all_start_methods()])
+def test_the_failed_loader_leaves_no_semaphore_in_dev_shm(method):
+    """The failed DataLoader iterator made its queues (named semaphores under spawn and forkserver) before
+    the assertion; the pool worker is then terminated, so only collecting them in the worker frees them."""
+    before = watchdog._mp_names()
+    assert "daemonic" in pools.loader_in_pool_worker(2, start_method=method)
+    assert watchdog._mp_names() <= before
+
+
 def test_simulated_makespan_shows_both_costs_of_a_chunksize():
     durations = pools.tail_heavy_durations()
     assert len(durations) == 4000 and durations[-1] == 0.02 and durations[0] == 0.00005
