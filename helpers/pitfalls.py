@@ -158,12 +158,14 @@ def join_then_get(drain_first: bool, nbytes: int = _BIG) -> int:
 
     The producer's feeder thread writes the pickled item into a pipe and the producer cannot exit until
     it is all written; with an item larger than the pipe's buffer, that needs a reader. Joining first
-    waits for an exit that waits for us: run the wrong order under the watchdog.
+    waits for an exit that waits for us: run the wrong order under the watchdog. Pinned to fork where it
+    exists (the lesson holds under every start method): the watchdog kills this process on a hang, and a
+    forkserver it had started would leave its folder (pymp-*) in the temporary folder.
     """
     if not isinstance(drain_first, bool):
         raise TypeError(f"drain_first must be a bool, got {type(drain_first).__name__}")
     positive_int("nbytes", nbytes)
-    ctx = default_context()
+    ctx = _fork_or_default()
     queue = ctx.Queue()
     producer = ctx.Process(target=_put_bytes, args=(queue, nbytes))
     producer.start()
@@ -196,12 +198,13 @@ def consume(fail: bool, safe: bool, timeout: float = 1.0) -> list[Any]:
     """A consumer reading a producer's records. Wrong (`safe=False`): `get()` until three records came,
     with no timeout, so a producer that died early leaves it waiting forever. Right (`safe=True`): the
     producer always ends with a sentinel ("done" or "error"), and every `get` has a timeout after which
-    the consumer checks whether the producer is still alive. Returns what was received."""
+    the consumer checks whether the producer is still alive. Returns what was received. Pinned to fork
+    where it exists, as `join_then_get` is (the watchdog kills the wrong version)."""
     for name, value in (("fail", fail), ("safe", safe)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     non_negative("timeout", timeout)
-    ctx = default_context()
+    ctx = _fork_or_default()
     queue = ctx.Queue()
     producer = ctx.Process(target=_produce, args=(queue, fail, safe))
     producer.start()
