@@ -650,22 +650,23 @@ def optimizer_in_workers(build_in: str) -> dict[str, bool]:
 
     if build_in not in ("parent", "worker"):
         raise ValueError(f"build_in must be 'parent' or 'worker', got {build_in!r}")
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    model.share_memory()
-    before = model.weight.detach().clone()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    ctx = _fork_or_default()
-    from helpers.processes import running
+    with _no_empty_inductor_cache_left():  # building an optimizer imports torch._dynamo
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        model.share_memory()
+        before = model.weight.detach().clone()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        ctx = _fork_or_default()
+        from helpers.processes import running
 
-    procs = [ctx.Process(target=_steps, args=(r, model, optimizer, build_in == "worker")) for r in range(2)]
-    with _no_empty_inductor_cache_left(), running(procs, timeout=_WAIT):
-        pass
-    return {
-        "workers finished": all(p.exitcode == 0 for p in procs),
-        "shared weights changed": not torch.equal(before, model.weight.detach()),
-        "parent's optimizer has momentum state": len(optimizer.state) > 0,
-    }
+        procs = [ctx.Process(target=_steps, args=(r, model, optimizer, build_in == "worker")) for r in range(2)]
+        with running(procs, timeout=_WAIT):
+            pass
+        return {
+            "workers finished": all(p.exitcode == 0 for p in procs),
+            "shared weights changed": not torch.equal(before, model.weight.detach()),
+            "parent's optimizer has momentum state": len(optimizer.state) > 0,
+        }
 
 
 def ddp_on_cpu(device_ids: list[int] | None) -> str:
