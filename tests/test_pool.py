@@ -154,7 +154,9 @@ def test_collect_and_train_refuses_bad_arguments():
 def test_scaling_io_bound_scales_past_the_cores_cpu_bound_does_not():
     io = pools.scaling([1, 4], tasks=24, kind="io", delay=0.02)
     cpu = pools.scaling([1, 4], tasks=8, kind="cpu", delay=0.02)
-    assert io[4].tasks_per_s / io[1].tasks_per_s > 2.5  # 4 waiting workers overlap, whatever the cores
+    # 4 waiting workers overlap, whatever the cores: more than twice as fast, the relation notebook 04 checks
+    # (2.44x was seen at load average 30 on 2 cores, so no tighter bound holds on a busy machine)
+    assert io[4].tasks_per_s / io[1].tasks_per_s > 2
     assert cpu[4].tasks_per_s / cpu[1].tasks_per_s < io[4].tasks_per_s / io[1].tasks_per_s
     for bad in ([], [0], [True], [1.5]):
         with pytest.raises(ValueError, match="workers"):
@@ -209,7 +211,10 @@ def test_a_main_module_function_hangs_a_spawn_pool(monkeypatch):
     only_in_this_process.__module__ = "__main__"
     only_in_this_process.__qualname__ = only_in_this_process.__name__ = "only_in_this_process"
     monkeypatch.setattr(main, "only_in_this_process", only_in_this_process, raising=False)
-    outcome = watchdog.run(pools.notebook_function_in_spawn_pool, only_in_this_process, 2.0, start_method="fork")
+    # six spawn starts in a row (2 workers, 4 replacements): slow on a busy machine, hence the generous limit
+    outcome = watchdog.run(
+        pools.notebook_function_in_spawn_pool, only_in_this_process, 2.0, start_method="fork", timeout=30
+    )
     assert outcome.status == "returned", outcome
     # each of the 4 tasks kills the worker that unpickles it; then the replacements live and the pool idles
     assert outcome.value == {
