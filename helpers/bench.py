@@ -300,10 +300,12 @@ def hogwild_speedup(steps: int = 12_000) -> Figure:
 def pool_chunksize(tasks: int = 20_000, workers: int | None = None, repeats: int = 3) -> Figure:
     """`Pool.map` of many tiny tasks on usable-cores workers: seconds with chunksize=1 / with the default."""
     from helpers import pool
+    from helpers.timing import measure_load
 
     workers = usable_cores() if workers is None else workers
     one_chunk_each = -(-tasks // workers)
-    seconds, startup = pool.map_seconds(tasks, workers, [1, None, one_chunk_each], repeats=repeats)
+    with measure_load() as load:  # each time is the median of `repeats` runs on one pool
+        seconds, startup = pool.map_seconds(tasks, workers, [1, None, one_chunk_each], repeats=repeats)
     default = pool.default_chunksize(tasks, workers)
     return Figure(
         ratio=seconds[1] / seconds[None],
@@ -317,7 +319,9 @@ def pool_chunksize(tasks: int = 20_000, workers: int | None = None, repeats: int
             f"chunksize_{one_chunk_each}_s": seconds[one_chunk_each],
             "per_task_overhead_us": (seconds[1] - seconds[None]) / tasks * 1e6,
             "pool_startup_s": startup,
+            "repeats": repeats,
             "start_method": default_start_method(),
+            **{f"load_{key}": value for key, value in load.result.as_dict().items()},
         },
     )
 
@@ -326,9 +330,11 @@ def pool_io_scaling(tasks: int = 160, delay: float = 0.02, workers: int = 8) -> 
     """Data collection (`delay` s of waiting per task) feeding Hogwild steps on a shared model, chunksize=1:
     tasks/s with `workers` pool workers / with 1. The same with CPU-bound collection is reported beside."""
     from helpers import pool
+    from helpers.timing import measure_load
 
-    io = pool.scaling([1, workers], tasks=tasks, kind="io", delay=delay)
-    cpu = pool.scaling([1, workers], tasks=max(workers, tasks // 4), kind="cpu", delay=delay)
+    with measure_load() as load:
+        io = pool.scaling([1, workers], tasks=tasks, kind="io", delay=delay)
+        cpu = pool.scaling([1, workers], tasks=max(workers, tasks // 4), kind="cpu", delay=delay)
     return Figure(
         ratio=io[workers].tasks_per_s / io[1].tasks_per_s,
         limit=float(workers),
@@ -340,8 +346,10 @@ def pool_io_scaling(tasks: int = 160, delay: float = 0.02, workers: int = 8) -> 
             "pool_startup_s_1": io[1].startup,
             f"pool_startup_s_{workers}": io[workers].startup,
             f"cpu_bound_ratio_{workers}": cpu[workers].tasks_per_s / cpu[1].tasks_per_s,
+            "cpu_bound_limit": float(min(workers, usable_cores())),
             "usable_cores": usable_cores(),
             "start_method": default_start_method(),
+            **{f"load_{key}": value for key, value in load.result.as_dict().items()},
         },
     )
 

@@ -62,6 +62,8 @@ __all__ = [
     "takes_rank_and_a",
     "takes_only_a",
     "workers_by_reflex",
+    "cpu_quota",
+    "openmp_runtime",
     "epoch_draws",
     "SCRIPTS",
     "write_script",
@@ -75,7 +77,7 @@ _BIG = 8_000_000  # bytes: far larger than a pipe's buffer (64 KiB on Linux)
 def _fork_or_default() -> Any:
     """The fork context where it exists (demos whose lesson does not depend on the start method, pinned
     to fork because a spawn child pays ~1.5 s to import torch), else the default one."""
-    return mp.get_context("fork" if "fork" in mp.get_all_start_methods() else None)
+    return mp.get_context("fork") if "fork" in mp.get_all_start_methods() else default_context()
 
 
 # ---- 1. fork after threads -----------------------------------------------------------------------
@@ -128,6 +130,21 @@ def square(x: int) -> int:
     return x * x
 
 
+def openmp_runtime() -> str:
+    """Which OpenMP runtime this process has loaded, read from its memory map (Linux only): the fork hang
+    of section 1 is GNU libgomp's; Intel's runtime (and LLVM's libomp, derived from it) re-create their
+    threads in a forked child."""
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        return "unknown (no /proc/self/maps on this platform)"
+    text = maps.read_text()
+    found = [name for key, name in _OPENMP_LIBRARIES if key in text]
+    return ", ".join(found) if found else "none loaded"
+
+
+_OPENMP_LIBRARIES = (("libgomp", "GNU libgomp"), ("libiomp", "Intel libiomp"), ("libomp.", "LLVM libomp"))
+
+
 # ---- 4. queues -----------------------------------------------------------------------------------
 
 
@@ -141,12 +158,14 @@ def join_then_get(drain_first: bool, nbytes: int = _BIG) -> int:
 
     The producer's feeder thread writes the pickled item into a pipe and the producer cannot exit until
     it is all written; with an item larger than the pipe's buffer, that needs a reader. Joining first
-    waits for an exit that waits for us: run the wrong order under the watchdog.
+    waits for an exit that waits for us: run the wrong order under the watchdog. Pinned to fork where it
+    exists (the lesson holds under every start method): the watchdog kills this process on a hang, and a
+    forkserver it had started would leave its folder (pymp-*) in the temporary folder.
     """
     if not isinstance(drain_first, bool):
         raise TypeError(f"drain_first must be a bool, got {type(drain_first).__name__}")
     positive_int("nbytes", nbytes)
-    ctx = default_context()
+    ctx = _fork_or_default()
     queue = ctx.Queue()
     producer = ctx.Process(target=_put_bytes, args=(queue, nbytes))
     producer.start()
@@ -179,12 +198,13 @@ def consume(fail: bool, safe: bool, timeout: float = 1.0) -> list[Any]:
     """A consumer reading a producer's records. Wrong (`safe=False`): `get()` until three records came,
     with no timeout, so a producer that died early leaves it waiting forever. Right (`safe=True`): the
     producer always ends with a sentinel ("done" or "error"), and every `get` has a timeout after which
-    the consumer checks whether the producer is still alive. Returns what was received."""
+    the consumer checks whether the producer is still alive. Returns what was received. Pinned to fork
+    where it exists, as `join_then_get` is (the watchdog kills the wrong version)."""
     for name, value in (("fail", fail), ("safe", safe)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     non_negative("timeout", timeout)
-    ctx = default_context()
+    ctx = _fork_or_default()
     queue = ctx.Queue()
     producer = ctx.Process(target=_produce, args=(queue, fail, safe))
     producer.start()
@@ -587,6 +607,27 @@ def worker_error(num_workers: int) -> dict[str, str]:
 # ---- 10. mistakes from tutorials -----------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _no_empty_inductor_cache_left() -> Iterator[None]:
+    """`optimizer.step()` imports torch._dynamo, which creates torch's compile cache folder
+    (`torchinductor_<user>` in the temporary folder) even when nothing is compiled. Remove it afterwards if
+    it is new and still empty, so a demo leaves nothing in the temporary folder; a folder that holds
+    anything, or existed before, is left alone."""
+    import getpass
+    import tempfile
+
+    folder = Path(
+        os.environ.get("TORCHINDUCTOR_CACHE_DIR") or Path(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+    )
+    existed = folder.exists()
+    try:
+        yield
+    finally:
+        if not existed:
+            with contextlib.suppress(OSError):  # not empty, or already gone: leave it
+                folder.rmdir()
+
+
 def _steps(rank: int, model: Any, optimizer: Any, build_own: bool) -> None:
     import torch
 
@@ -609,33 +650,35 @@ def optimizer_in_workers(build_in: str) -> dict[str, bool]:
 
     if build_in not in ("parent", "worker"):
         raise ValueError(f"build_in must be 'parent' or 'worker', got {build_in!r}")
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    model.share_memory()
-    before = model.weight.detach().clone()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    ctx = _fork_or_default()
-    from helpers.processes import running
+    with _no_empty_inductor_cache_left():  # building an optimizer imports torch._dynamo
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        model.share_memory()
+        before = model.weight.detach().clone()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        ctx = _fork_or_default()
+        from helpers.processes import running
 
-    procs = [ctx.Process(target=_steps, args=(r, model, optimizer, build_in == "worker")) for r in range(2)]
-    with running(procs, timeout=_WAIT):
-        pass
-    return {
-        "workers finished": all(p.exitcode == 0 for p in procs),
-        "shared weights changed": not torch.equal(before, model.weight.detach()),
-        "parent's optimizer has momentum state": len(optimizer.state) > 0,
-    }
+        procs = [ctx.Process(target=_steps, args=(r, model, optimizer, build_in == "worker")) for r in range(2)]
+        with running(procs, timeout=_WAIT):
+            pass
+        return {
+            "workers finished": all(p.exitcode == 0 for p in procs),
+            "shared weights changed": not torch.equal(before, model.weight.detach()),
+            "parent's optimizer has momentum state": len(optimizer.state) > 0,
+        }
 
 
 def ddp_on_cpu(device_ids: list[int] | None) -> str:
     """Wrap a model in DDP on a one-rank gloo group with `device_ids` (a GPU-only argument) or without;
     returns the error line or "wrapped". Run it in a child (it makes a process group)."""
     import torch
-    from torch.nn.parallel import DistributedDataParallel
 
     if device_ids is not None and not isinstance(device_ids, list):
         raise TypeError(f"device_ids must be a list or None, got {type(device_ids).__name__}")
-    with process_group():
+    with _no_empty_inductor_cache_left(), process_group():  # importing DDP imports torch._dynamo
+        from torch.nn.parallel import DistributedDataParallel
+
         try:
             model = DistributedDataParallel(torch.nn.Linear(2, 2), device_ids=device_ids)
             return f"wrapped; parameters on {next(model.parameters()).device}"
@@ -654,20 +697,30 @@ def softmax_into_cross_entropy(steps: int = 100) -> dict[str, float]:
     y = torch.randint(0, 5, (1000,), generator=g)
     x = centres[y] + torch.randn(1000, 10, generator=g)
     result: dict[str, float] = {}
-    for name in ("logits", "softmax"):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        loss_fn = torch.nn.CrossEntropyLoss()
-        for _ in range(steps):
-            out = model(x)
-            loss = loss_fn(out.softmax(dim=1) if name == "softmax" else out, y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        with torch.no_grad():
-            result[f"{name}: loss"] = round(loss.item(), 2)
-            result[f"{name}: accuracy %"] = round((model(x).argmax(1) == y).float().mean().item() * 100, 1)
+    with _no_empty_inductor_cache_left():
+        for name in ("logits", "softmax"):
+            result.update(_train_classifier(name, x, y, steps))
+    return result
+
+
+def _train_classifier(name: str, x: Any, y: Any, steps: int) -> dict[str, float]:
+    """One run of `softmax_into_cross_entropy`: "logits" (right) or "softmax" (wrong) into the loss."""
+    import torch
+
+    result: dict[str, float] = {}
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for _ in range(steps):
+        out = model(x)
+        loss = loss_fn(out.softmax(dim=1) if name == "softmax" else out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        result[f"{name}: loss"] = round(loss.item(), 2)
+        result[f"{name}: accuracy %"] = round((model(x).argmax(1) == y).float().mean().item() * 100, 1)
     return result
 
 
@@ -685,6 +738,8 @@ def spawn_arguments(fn: Callable[..., Any], nprocs: int = 2, timeout: float = _W
     `start_processes`, pinned to fork to start fast) and return what came back."""
     import torch
     import torch.multiprocessing as tmp
+
+    from helpers.pool import remove_error_files
 
     positive_int("nprocs", nprocs)
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
@@ -704,6 +759,7 @@ def spawn_arguments(fn: Callable[..., Any], nprocs: int = 2, timeout: float = _W
             if proc.is_alive():
                 proc.kill()
             proc.join(5)
+        remove_error_files(context)  # the failing rank's pytorch-errorfile-*.pickle in the temporary folder
     return f"results by rank: {out.tolist()}"
 
 
@@ -735,6 +791,34 @@ def workers_by_reflex(ranks: int = 2) -> dict[str, Any]:
         f"processes on {cores} core(s) with {ranks} ranks": ranks * (1 + (os.cpu_count() or 1)),
         "right: num_workers per rank": wanted,
     }
+
+
+def cpu_quota(root: str | os.PathLike[str] = "/sys/fs/cgroup") -> float | None:
+    """The CPU quota of this process's cgroup in cores (`docker --cpus=1.5` gives 1.5), or None if there is
+    none. Neither `os.cpu_count()` nor `os.sched_getaffinity()` see a quota (python/cpython#80235), and
+    torch's default thread count ignores it too, so size workers and threads from
+    min(usable cores, ceil(quota)). Reads cgroup v2 `cpu.max`, else v1 `cpu.cfs_quota_us`/`cfs_period_us`."""
+    base = Path(root)
+    candidates = [base / "cpu.max"]  # in a container, its own group is mounted at the root
+    own = Path("/proc/self/cgroup")
+    if own.exists():  # cgroup v2 names this process's group on a line "0::/path"
+        for line in own.read_text().splitlines():
+            if line.startswith("0::") and line[3:].strip("/"):
+                candidates.insert(0, base / line[3:].strip("/") / "cpu.max")
+    for path in candidates:
+        if path.exists():
+            return _quota_from(path.read_text())
+    v1 = base / "cpu" / "cpu.cfs_quota_us"
+    if v1.exists():
+        quota = int(v1.read_text())
+        return None if quota < 0 else quota / int((base / "cpu" / "cpu.cfs_period_us").read_text())
+    return None
+
+
+def _quota_from(cpu_max: str) -> float | None:
+    """'150000 100000' -> 1.5 cores; 'max 100000' -> None."""
+    quota, _, period = cpu_max.strip().partition(" ")
+    return None if quota == "max" else int(quota) / int(period or 100000)
 
 
 def _seed_from_global_state(worker_id: int) -> None:

@@ -18,7 +18,6 @@ import logging
 import multiprocessing as mp
 import os
 import queue
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ __all__ = [
     "UNIT",
     "delayed_square",
     "power",
+    "put_square",
     "in_a_loop",
     "ProcessRun",
     "with_processes",
@@ -43,6 +43,7 @@ __all__ = [
     "pool_error",
     "with_spawn",
     "spawn_failure",
+    "remove_error_files",
     "CollectRun",
     "collect_and_train",
     "scaling",
@@ -97,6 +98,11 @@ def delayed_square(x: int) -> int:
         raise ValueError(f"item must be >= 0, got {x}")
     time.sleep(UNIT * x * (x + 1) / 2)
     return x * x
+
+
+def put_square(results: Any, x: int) -> None:
+    """Process target for the first, bare example: put x squared on the `results` queue."""
+    results.put(x * x)
 
 
 def power(base: int, exponent: int) -> int:
@@ -268,21 +274,31 @@ def _fail_or_wait(rank: int, seconds: float) -> None:
     time.sleep(seconds)
 
 
+def remove_error_files(context: Any) -> None:
+    """Delete the traceback files (`pytorch-errorfile-*.pickle`) a `ProcessContext`'s failing ranks wrote.
+
+    torch names one per rank in `context.error_files` (in the temporary folder) and never removes them.
+    We remove them by name rather than by pointing `tempfile.tempdir` at a folder of our own while the
+    ranks start: that setting is process-wide, and multiprocessing creates its own `pymp-*` folder (and,
+    under forkserver, the server's socket) in whatever folder it names, which would then vanish with it.
+    """
+    for path in getattr(context, "error_files", None) or ():
+        if path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
 @contextlib.contextmanager
 def _spawn_hygiene() -> Iterator[None]:
-    """Quiet torch's "Terminating process N via signal SIGTERM" log line (it carries a pid and a time),
-    and keep the traceback files failing ranks write (pytorch-errorfile-*) in a folder we remove."""
+    """Quiet torch's "Terminating process N via signal SIGTERM" log line (it carries a pid and a time)
+    while the block runs. The caller removes the error files with `remove_error_files`."""
     logger = logging.getLogger("torch.multiprocessing.spawn")
     level = logger.level
     logger.setLevel(logging.ERROR)
-    saved = tempfile.tempdir
-    with tempfile.TemporaryDirectory(prefix="spawn-") as folder:
-        tempfile.tempdir = folder
-        try:
-            yield
-        finally:
-            tempfile.tempdir = saved
-            logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def with_spawn(items: Sequence[int], nprocs: int = 4, timeout: float = _WAIT) -> dict[str, Any]:
@@ -297,10 +313,13 @@ def with_spawn(items: Sequence[int], nprocs: int = 4, timeout: float = _WAIT) ->
     out = torch.full((len(items),), -1, dtype=torch.long).share_memory_()
     with _spawn_hygiene():
         context = tmp.spawn(_spawn_rank, args=(items, out, nprocs), nprocs=nprocs, join=False)
-        report: dict[str, Any] = {"returned": type(context).__name__}
-        report["join(timeout=0) right after start"] = context.join(timeout=0)
-        join_spawned(context, timeout)
-        report["join() at the end"] = context.join()
+        try:
+            report: dict[str, Any] = {"returned": type(context).__name__}
+            report["join(timeout=0) right after start"] = context.join(timeout=0)
+            join_spawned(context, timeout)
+            report["join() at the end"] = context.join()
+        finally:
+            remove_error_files(context)
     report["results"] = out.tolist()
     report["exit codes"] = [p.exitcode for p in context.processes]
     return report
@@ -323,6 +342,8 @@ def spawn_failure(nprocs: int = 2, seconds: float = 30.0, timeout: float = _WAIT
             }
         else:
             report = {"raised": "nothing"}
+        finally:
+            remove_error_files(context)
     report["exit codes"] = [p.exitcode for p in context.processes]
     return report
 
@@ -603,43 +624,73 @@ def _one_worker_answer(ask: Callable[[Any], Any], start_method: str | None) -> s
     return answer
 
 
-def notebook_function_in_spawn_pool(fn: Callable[[int], Any], wait: float = 3.0, workers: int = 2) -> dict[str, bool]:
-    """Map `fn` on a spawn Pool, wait `wait` seconds for the result, then terminate the pool.
+def notebook_function_in_spawn_pool(
+    fn: Callable[[int], Any], wait: float = 3.0, workers: int = 2, tasks: int = 4
+) -> dict[str, Any]:
+    """Map `fn` over `tasks` items (chunksize 1) on a spawn Pool, wait `wait` seconds for the result, then
+    watch the workers until every task has been taken, and terminate the pool.
 
     A function defined in a notebook lives in the kernel's `__main__`, which spawned workers cannot
-    import: each one dies unpickling the task (an error on its stderr), the pool replaces it, and the
-    parent waits forever. Run this under the watchdog (it captures the workers' stderr) with fork.
+    import. A worker dies while it unpickles a task (`multiprocessing.pool.worker` lets the error end the
+    process), and that task is gone with it; the pool starts a replacement, which takes the next task and
+    dies too. Once every task has killed one worker, the replacements live and wait for work, and the
+    result never comes. Run this under the watchdog (it captures the workers' stderr), forked.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a function, got {type(fn).__name__}")
     non_negative("wait", wait)
     positive_int("workers", workers)
+    positive_int("tasks", tasks)
     pool = mp.get_context("spawn").Pool(workers)
+    seen: set[int] = set()
+
+    def look(pool: Any) -> list[Any]:
+        current = list(pool._pool)  # noqa: SLF001 - the worker list is how we see deaths and replacements
+        seen.update(p.pid for p in current)
+        return [p for p in current if p.is_alive()]
+
     try:
-        result = pool.map_async(fn, range(4))
-        seen = {p.pid for p in pool._pool}  # noqa: SLF001 - the worker list is how we see replacements
+        result = pool.map_async(fn, range(tasks), chunksize=1)
+        look(pool)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not result.ready():
             result.wait(0.05)
-            seen |= {p.pid for p in pool._pool}  # noqa: SLF001
+            look(pool)
         try:
             result.get(timeout=0)
             timed_out = False
         except mp.TimeoutError:
             timed_out = True
+        settle = time.monotonic() + _WAIT  # on a busy machine, the last replacements may still be starting
+        alive = look(pool)
+        while time.monotonic() < settle and not (len(seen) - len(alive) >= tasks and len(alive) == workers):
+            time.sleep(0.05)
+            alive = look(pool)
+        time.sleep(0.3)  # the replacements stay alive: nothing is left that could kill them
+        alive = look(pool)
+        died = len(seen) - len(alive)
+        idle = len(alive) == workers and not result.ready()
     finally:
         pool.terminate()
         pool.join()
     del pool
     gc.collect()
-    return {f"get(timeout={wait:g}) raised TimeoutError": timed_out, "dead workers were replaced": len(seen) > workers}
+    return {
+        f"get(timeout={wait:g}) raised TimeoutError": timed_out,
+        f"workers that died, for {tasks} tasks": died,
+        "replacements alive, idle, the result never comes": idle,
+    }
 
 
 # ---- pool hygiene ------------------------------------------------------------------------------------
 
 
 def _seed_worker(counter: Any, base_seed: int | None) -> None:
-    """Initializer: one torch thread, a worker number, and (if given) the seed base_seed + number."""
+    """Initializer: one torch thread, a worker number, and (if given) the seed base_seed + number for
+    torch's, NumPy's and Python's global generators."""
+    import random
+
+    import numpy as np
     import torch
 
     torch.set_num_threads(1)
@@ -647,47 +698,66 @@ def _seed_worker(counter: Any, base_seed: int | None) -> None:
         _STATE["index"] = counter.value
         counter.value += 1
     if base_seed is not None:
-        torch.manual_seed(base_seed + _STATE["index"])
+        seed = base_seed + _STATE["index"]
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
 
 
-def _draw(_: int) -> tuple[int, int, float, int]:
-    """Task: (pid, worker number or -1, a random number from torch's global generator, torch threads)."""
+def _draw(_: int) -> tuple[int, int, float, float, float, int]:
+    """Task: (pid, worker number or -1, one number from each global generator: torch, NumPy, Python's
+    `random`, and torch's thread count)."""
+    import random
+
+    import numpy as np
     import torch
 
     time.sleep(0.05)  # long enough that every worker gets tasks
-    return os.getpid(), _STATE.get("index", -1), torch.rand(1).item(), torch.get_num_threads()
+    return (
+        os.getpid(),
+        _STATE.get("index", -1),
+        torch.rand(1).item(),
+        float(np.random.rand()),
+        random.random(),
+        torch.get_num_threads(),
+    )
 
 
 def seeded_draws(
     initializer: bool, workers: int = 2, tasks: int = 8, base_seed: int = 0, start_method: str | None = None
 ) -> dict[str, bool]:
-    """Draw random numbers in pool workers, with or without an initializer that seeds each worker."""
+    """Draw random numbers from torch's, NumPy's and Python's global generators in pool workers, with or
+    without an initializer that seeds each worker. After fork every worker starts from a copy of this
+    process's torch and NumPy state, so without an initializer they repeat each other (NumPy 2.4 seeds
+    its global generator at its first use: workers repeat once the parent has drawn from it, which this
+    function does first); Python's `random` reseeds itself in every forked child (`os.register_at_fork`
+    in `random.py`)."""
+    import numpy as np
     import torch
 
     positive_int("workers", workers, minimum=2)
     positive_int("tasks", tasks, minimum=workers)
+    np.random.random()  # as a program that used NumPy's global generator before starting the pool (see above)
     ctx = _ctx(start_method)
     counter = ctx.Value("i", 0)
     init, args = (_seed_worker, (counter, base_seed)) if initializer else (None, ())
     with _started_pool(workers, start_method, init, args) as (pool, _):
         draws = pool.map(_draw, range(tasks), chunksize=1)
     del counter
-    by_pid: dict[int, list[float]] = {}
-    for pid, _, value, _ in draws:
-        by_pid.setdefault(pid, []).append(value)
-    firsts = [values[0] for values in by_pid.values()]
-    report = {
-        "every worker drew": len(by_pid) == workers,
-        "all workers drew the same first number": len(set(firsts)) == 1,
-    }
+    firsts: dict[int, tuple[float, float, float]] = {}
+    for pid, _, *numbers, _ in draws:
+        firsts.setdefault(pid, tuple(numbers))  # map with chunksize 1 keeps each worker's draws in order
+    report: dict[str, bool] = {"every worker drew": len(firsts) == workers}
+    for position, name in enumerate(("torch", "NumPy", "random")):
+        report[f"same first number in every worker: {name}"] = len({f[position] for f in firsts.values()}) == 1
     if initializer:
-        index_of = {pid: index for pid, index, _, _ in draws}
+        index_of = {pid: index for pid, index, *_ in draws}
         expected = {
             pid: torch.rand(1, generator=torch.Generator().manual_seed(base_seed + index_of[pid])).item()
-            for pid in by_pid
+            for pid in firsts
         }
-        report["draws follow the seed base_seed + worker number"] = all(
-            values[0] == expected[pid] for pid, values in by_pid.items()
+        report["torch draws follow the seed base_seed + worker number"] = all(
+            f[0] == expected[pid] for pid, f in firsts.items()
         )
         report["one torch thread per worker"] = {threads for *_, threads in draws} == {1}
     return report
@@ -738,7 +808,16 @@ def _iterate_loader(num_workers: int) -> int:
 
     torch.set_num_threads(1)
     loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=2, num_workers=num_workers)
-    return sum(len(batch[0]) for batch in loader)
+    try:
+        return sum(len(batch[0]) for batch in loader)
+    except AssertionError as exc:  # "daemonic processes are not allowed to have children"
+        error = exc
+    # The failed iterator made its queues before starting a worker; under spawn and forkserver their
+    # semaphores are files in /dev/shm until collected, and the pool ends this worker with SIGTERM (no
+    # clean-up). Drop the traceback that holds them, collect, then raise the same error.
+    error.__traceback__ = None
+    gc.collect()
+    raise error
 
 
 def loader_in_pool_worker(num_workers: int = 2, start_method: str | None = None) -> str:

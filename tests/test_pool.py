@@ -75,6 +75,39 @@ def test_spawn_runs_fn_with_rank_and_returns_a_context():
         pools.with_spawn([1], nprocs=0)
 
 
+def test_spawn_helpers_never_redirect_the_temporary_folder(monkeypatch):
+    """Python 3.14's forkserver keeps its socket in a pymp-* folder under tempfile's folder: a process-wide
+    redirect to a folder that is then deleted breaks every later start (issue 21). Record the folder
+    tempfile names while torch starts the ranks."""
+    import tempfile
+
+    import torch.multiprocessing  # noqa: F401 - loads the module patched below
+
+    spawn_module = sys.modules["torch.multiprocessing.spawn"]  # `torch.multiprocessing.spawn` is the function
+    seen = []
+    real = spawn_module.start_processes
+
+    def recording(*args, **kwargs):
+        seen.append((tempfile.tempdir, tempfile.gettempdir()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(spawn_module, "start_processes", recording)
+    saved = (tempfile.tempdir, tempfile.gettempdir())
+    pools.with_spawn([1, 0], nprocs=2)
+    pools.spawn_failure(nprocs=2, seconds=30)
+    assert seen == [saved, saved]
+
+
+def test_remove_error_files_deletes_the_named_files_only(tmp_path):
+    class Context:
+        error_files = [str(tmp_path / "pytorch-errorfile-a.pickle"), str(tmp_path / "absent.pickle"), None]
+
+    (tmp_path / "pytorch-errorfile-a.pickle").write_bytes(b"x")
+    (tmp_path / "other.txt").write_text("kept")
+    pools.remove_error_files(Context())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.txt"]
+
+
 def test_spawn_failure_raises_and_terminates_the_other_ranks():
     import tempfile
     from pathlib import Path
@@ -121,7 +154,9 @@ def test_collect_and_train_refuses_bad_arguments():
 def test_scaling_io_bound_scales_past_the_cores_cpu_bound_does_not():
     io = pools.scaling([1, 4], tasks=24, kind="io", delay=0.02)
     cpu = pools.scaling([1, 4], tasks=8, kind="cpu", delay=0.02)
-    assert io[4].tasks_per_s / io[1].tasks_per_s > 2.5  # 4 waiting workers overlap, whatever the cores
+    # 4 waiting workers overlap, whatever the cores: more than twice as fast, the relation notebook 04 checks
+    # (2.44x was seen at load average 30 on 2 cores, so no tighter bound holds on a busy machine)
+    assert io[4].tasks_per_s / io[1].tasks_per_s > 2
     assert cpu[4].tasks_per_s / cpu[1].tasks_per_s < io[4].tasks_per_s / io[1].tasks_per_s
     for bad in ([], [0], [True], [1.5]):
         with pytest.raises(ValueError, match="workers"):
@@ -176,9 +211,17 @@ def test_a_main_module_function_hangs_a_spawn_pool(monkeypatch):
     only_in_this_process.__module__ = "__main__"
     only_in_this_process.__qualname__ = only_in_this_process.__name__ = "only_in_this_process"
     monkeypatch.setattr(main, "only_in_this_process", only_in_this_process, raising=False)
-    outcome = watchdog.run(pools.notebook_function_in_spawn_pool, only_in_this_process, 2.0, start_method="fork")
+    # six spawn starts in a row (2 workers, 4 replacements): slow on a busy machine, hence the generous limit
+    outcome = watchdog.run(
+        pools.notebook_function_in_spawn_pool, only_in_this_process, 2.0, start_method="fork", timeout=30
+    )
     assert outcome.status == "returned", outcome
-    assert outcome.value == {"get(timeout=2) raised TimeoutError": True, "dead workers were replaced": True}
+    # each of the 4 tasks kills the worker that unpickles it; then the replacements live and the pool idles
+    assert outcome.value == {
+        "get(timeout=2) raised TimeoutError": True,
+        "workers that died, for 4 tasks": 4,
+        "replacements alive, idle, the result never comes": True,
+    }
     assert "Can't get attribute 'only_in_this_process'" in outcome.stderr_error
     with pytest.raises(TypeError, match="fn"):
         pools.notebook_function_in_spawn_pool(3)
@@ -189,14 +232,20 @@ def test_an_initializer_seeds_each_worker_reproducibly(method):
     seeded = pools.seeded_draws(True, start_method=method)
     assert seeded == {
         "every worker drew": True,
-        "all workers drew the same first number": False,
-        "draws follow the seed base_seed + worker number": True,
+        "same first number in every worker: torch": False,
+        "same first number in every worker: NumPy": False,
+        "same first number in every worker: random": False,
+        "torch draws follow the seed base_seed + worker number": True,
         "one torch thread per worker": True,
     }
-    unseeded = pools.seeded_draws(False, start_method=method)
-    assert unseeded["every worker drew"]
-    # fork copies this process's generator into every worker; spawn starts each from a fresh random seed
-    assert unseeded["all workers drew the same first number"] is (method == "fork")
+    # fork copies this process's torch and NumPy generators into every worker, while Python's random
+    # reseeds itself at fork; spawn seeds all three afresh
+    assert pools.seeded_draws(False, start_method=method) == {
+        "every worker drew": True,
+        "same first number in every worker: torch": method == "fork",
+        "same first number in every worker: NumPy": method == "fork",
+        "same first number in every worker: random": False,
+    }
     with pytest.raises(ValueError, match="workers"):
         pools.seeded_draws(True, workers=1)
 
@@ -222,6 +271,15 @@ def test_pool_workers_cannot_start_dataloader_workers():
     assert pools.loader_in_pool_worker(0) == "returned 8"
     with pytest.raises(TypeError, match="num_workers"):
         pools.loader_in_pool_worker("2")
+
+
+@pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver") if m in mp.get_all_start_methods()])
+def test_the_failed_loader_leaves_no_semaphore_in_dev_shm(method):
+    """The failed DataLoader iterator made its queues (named semaphores under spawn and forkserver) before
+    the assertion; the pool worker is then terminated, so only collecting them in the worker frees them."""
+    before = watchdog._mp_names()
+    assert "daemonic" in pools.loader_in_pool_worker(2, start_method=method)
+    assert watchdog._mp_names() <= before
 
 
 def test_simulated_makespan_shows_both_costs_of_a_chunksize():
