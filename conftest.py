@@ -81,6 +81,23 @@ def _alive_descendants() -> list[psutil.Process]:
     return alive
 
 
+def _stop_kernel_as_jupyterlab_does(self) -> None:  # noqa: ANN001 - replaces nbval's RunningKernel.stop
+    """nbval kills each notebook's kernel at the end (`shutdown_kernel(now=True)`); JupyterLab asks it to
+    shut down, which runs the kernel's exit handlers, among them multiprocessing's removal of its
+    `pymp-*` folder from the temporary folder. Stop kernels the way a learner's JupyterLab does, so that
+    the temporary-folder check sees what a learner's machine would keep, not an artefact of the runner.
+    A kernel that does not exit within jupyter_client's grace (5 s) is still killed."""
+    self.kc.stop_channels()
+    self.km.shutdown_kernel(now=False)
+    del self.km
+
+
+with contextlib.suppress(ImportError):
+    from nbval.kernel import RunningKernel
+
+    RunningKernel.stop = _stop_kernel_as_jupyterlab_does
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     _become_subreaper()
     session.config._shm_before = _shm_files()  # type: ignore[attr-defined]

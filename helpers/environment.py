@@ -12,6 +12,7 @@ import os
 import platform
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -34,6 +35,93 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def _mounts(mountinfo: str) -> list[tuple[str, str, str, str]]:
+    """(fstype, hierarchy root, mount point, super options) of every cgroup mount in /proc/self/mountinfo."""
+    mounts = []
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if sep and len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
+            mounts.append((tail[0], fields[3], fields[4], tail[2]))
+    return mounts
+
+
+def _cgroup_dirs(proc_cgroup: str, mountinfo: str, root: Path) -> list[tuple[str, Path]]:
+    """("v2" or "v1", folder) of this process's cpu cgroup and each ancestor up to the mount's root.
+
+    The path in /proc/self/cgroup is relative to the hierarchy's root, and a container mounts a subtree
+    of it, so the folder is the mount point plus the path below the mount's own root; an ancestor's
+    quota limits us as well, so every level is read.
+    """
+    found = []
+    for fstype, mount_root, point, options in _mounts(mountinfo):
+        for line in proc_cgroup.splitlines():
+            parts = line.split(":", 2)
+            if len(parts) != 3:
+                continue
+            _, controllers, path = parts
+            if fstype == "cgroup2" and parts[0] == "0" and controllers == "":
+                version = "v2"
+            elif fstype == "cgroup" and "cpu" in controllers.split(",") and "cpu" in options.split(","):
+                version = "v1"
+            else:
+                continue
+            rel = os.path.relpath(path, mount_root) if path.startswith(mount_root) else "."
+            rel = "." if rel.startswith("..") else rel
+            base = root / point.lstrip("/")
+            level = base / rel
+            while True:
+                found.append((version, level))
+                if level == base or base not in level.parents:
+                    break
+                level = level.parent
+    return found
+
+
+def cpu_quota(
+    proc_cgroup: Path = Path("/proc/self/cgroup"),
+    mountinfo: Path = Path("/proc/self/mountinfo"),
+    root: Path = Path("/"),
+) -> float | None:
+    """The CPU quota in cores (e.g. 1.5 for `docker --cpus 1.5`), or None when no quota is set.
+
+    cgroup v2: `cpu.max` holds "max PERIOD" or "QUOTA PERIOD"; v1: `cpu.cfs_quota_us` (-1 for none) over
+    `cpu.cfs_period_us`. os.sched_getaffinity does not see a quota, and torch's thread count ignores it.
+    """
+    try:
+        dirs = _cgroup_dirs(proc_cgroup.read_text(), mountinfo.read_text(), root)
+    except OSError:
+        return None
+    quotas = []
+    for version, folder in dirs:
+        try:
+            if version == "v2":
+                quota, _, period = (folder / "cpu.max").read_text().strip().partition(" ")
+            else:
+                quota = (folder / "cpu.cfs_quota_us").read_text().strip()
+                period = (folder / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            continue
+        if quota not in ("max", "-1") and quota.lstrip("-").isdigit() and period.isdigit() and int(period) > 0:
+            quotas.append(int(quota) / int(period))
+    return min(quotas) if quotas else None
+
+
+def openmp_runtime() -> str:
+    """Which OpenMP runtime this process has loaded (read from /proc/self/maps, Linux only; import torch
+    first): the fork hang of notebooks 00 and 06 is GNU libgomp's; Intel's runtime (and LLVM's libomp,
+    derived from it) re-create their threads in a forked child."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return "unknown (no /proc/self/maps on this platform)"
+    found = [name for key, name in _OPENMP_LIBRARIES if key in maps]
+    return ", ".join(found) if found else "none loaded"
+
+
+_OPENMP_LIBRARIES = (("libgomp", "GNU libgomp"), ("libiomp", "Intel libiomp"), ("libomp.", "LLVM libomp"))
 
 
 def shm_bytes() -> tuple[int, int] | None:

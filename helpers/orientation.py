@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from helpers.environment import default_start_method, usable_cores
@@ -37,8 +36,6 @@ __all__ = [
     "threads_vs_processes",
     "start_cost",
     "oversubscription",
-    "cpu_quota",
-    "openmp_runtime",
 ]
 
 COUNTER = 0  # module state: a forked child sees the parent's value, a spawned child re-imports it
@@ -375,41 +372,3 @@ def _timed_run(pipes: Sequence[tuple[Connection, Connection]], threads: int, mat
             raise ChildProcessError("a matmul worker did not answer within 120 s")
         spans.append(conn.recv())
     return max(end for _, end in spans) - min(start for start, _ in spans)
-
-
-def cpu_quota() -> float | None:
-    """Cores' worth of CPU time this process's cgroup may use (`docker --cpus`, a Kubernetes limit), or
-    None when there is no quota (or no cgroup file to read, as on macOS and Windows).
-
-    A quota is not an affinity mask: `os.sched_getaffinity`, `os.cpu_count` and torch's default thread
-    count still see every core, and the kernel throttles the whole group once it used its share of a
-    period. cgroup v2 writes "max 100000" or "200000 100000" to cpu.max; v1 has two files.
-    """
-    root = Path("/sys/fs/cgroup")
-    try:
-        if (root / "cpu.max").exists():
-            quota, period = (root / "cpu.max").read_text().split()[:2]
-            return None if quota == "max" else int(quota) / int(period)
-        v1 = root / "cpu"
-        if (v1 / "cpu.cfs_quota_us").exists():
-            quota_us = int((v1 / "cpu.cfs_quota_us").read_text())
-            period_us = int((v1 / "cpu.cfs_period_us").read_text())
-            return None if quota_us < 0 else quota_us / period_us
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def openmp_runtime() -> str:
-    """Which OpenMP runtime torch loaded into this process: "GNU libgomp", "Intel libiomp5", "LLVM libomp",
-    or "unknown" (read from /proc/self/maps, Linux only). The fork hang of section 7 is libgomp's."""
-    import torch  # noqa: F401 - loads the runtime
-
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return "unknown"
-    for marker, name in (("libgomp", "GNU libgomp"), ("libiomp5", "Intel libiomp5"), ("libomp", "LLVM libomp")):
-        if marker in maps:
-            return name
-    return "unknown"

@@ -62,8 +62,6 @@ __all__ = [
     "takes_rank_and_a",
     "takes_only_a",
     "workers_by_reflex",
-    "cpu_quota",
-    "openmp_runtime",
     "epoch_draws",
     "SCRIPTS",
     "write_script",
@@ -128,21 +126,6 @@ def fork_after_lock(held: bool, timeout: float = 2.0) -> Any:
 def square(x: int) -> int:
     """The same function as the notebook's, defined in a module: spawn children can import it."""
     return x * x
-
-
-def openmp_runtime() -> str:
-    """Which OpenMP runtime this process has loaded, read from its memory map (Linux only): the fork hang
-    of section 1 is GNU libgomp's; Intel's runtime (and LLVM's libomp, derived from it) re-create their
-    threads in a forked child."""
-    maps = Path("/proc/self/maps")
-    if not maps.exists():
-        return "unknown (no /proc/self/maps on this platform)"
-    text = maps.read_text()
-    found = [name for key, name in _OPENMP_LIBRARIES if key in text]
-    return ", ".join(found) if found else "none loaded"
-
-
-_OPENMP_LIBRARIES = (("libgomp", "GNU libgomp"), ("libiomp", "Intel libiomp"), ("libomp.", "LLVM libomp"))
 
 
 # ---- 4. queues -----------------------------------------------------------------------------------
@@ -791,34 +774,6 @@ def workers_by_reflex(ranks: int = 2) -> dict[str, Any]:
         f"processes on {cores} core(s) with {ranks} ranks": ranks * (1 + (os.cpu_count() or 1)),
         "right: num_workers per rank": wanted,
     }
-
-
-def cpu_quota(root: str | os.PathLike[str] = "/sys/fs/cgroup") -> float | None:
-    """The CPU quota of this process's cgroup in cores (`docker --cpus=1.5` gives 1.5), or None if there is
-    none. Neither `os.cpu_count()` nor `os.sched_getaffinity()` see a quota (python/cpython#80235), and
-    torch's default thread count ignores it too, so size workers and threads from
-    min(usable cores, ceil(quota)). Reads cgroup v2 `cpu.max`, else v1 `cpu.cfs_quota_us`/`cfs_period_us`."""
-    base = Path(root)
-    candidates = [base / "cpu.max"]  # in a container, its own group is mounted at the root
-    own = Path("/proc/self/cgroup")
-    if own.exists():  # cgroup v2 names this process's group on a line "0::/path"
-        for line in own.read_text().splitlines():
-            if line.startswith("0::") and line[3:].strip("/"):
-                candidates.insert(0, base / line[3:].strip("/") / "cpu.max")
-    for path in candidates:
-        if path.exists():
-            return _quota_from(path.read_text())
-    v1 = base / "cpu" / "cpu.cfs_quota_us"
-    if v1.exists():
-        quota = int(v1.read_text())
-        return None if quota < 0 else quota / int((base / "cpu" / "cpu.cfs_period_us").read_text())
-    return None
-
-
-def _quota_from(cpu_max: str) -> float | None:
-    """'150000 100000' -> 1.5 cores; 'max 100000' -> None."""
-    quota, _, period = cpu_max.strip().partition(" ")
-    return None if quota == "max" else int(quota) / int(period or 100000)
 
 
 def _seed_from_global_state(worker_id: int) -> None:

@@ -21,12 +21,14 @@ if sys.version_info < (3, 8):  # noqa: UP036 - run by system Pythons older than 
     print(f"FAIL  Python           {sys.version.split()[0]} is too old\n{'':23}fix: install Python 3.10 or newer")
     sys.exit(1)
 
+import contextlib
 import importlib.metadata
 import math
 import multiprocessing as mp
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import textwrap
@@ -39,7 +41,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script path: make the `helpers` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from helpers.environment import default_start_method
+from helpers.environment import cpu_quota, default_start_method, usable_cores
 
 REPO = Path(__file__).resolve().parent.parent
 GiB = 2**30
@@ -184,83 +186,6 @@ def check_torch(dists: Iterable[Any], pin: str | None, gpu: bool) -> Result:
 
 
 # ---------------------------------------------------------------------------------------------- cores
-
-
-def _mounts(mountinfo: str) -> list[tuple[str, str, str, str]]:
-    """(fstype, hierarchy root, mount point, super options) of every cgroup mount in /proc/self/mountinfo."""
-    mounts = []
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if sep and len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
-            mounts.append((tail[0], fields[3], fields[4], tail[2]))
-    return mounts
-
-
-def _cgroup_dirs(proc_cgroup: str, mountinfo: str, root: Path) -> list[tuple[str, Path]]:
-    """("v2" or "v1", folder) of this process's cpu cgroup and each ancestor up to the mount's root.
-
-    The path in /proc/self/cgroup is relative to the hierarchy's root, and a container mounts a subtree
-    of it, so the folder is the mount point plus the path below the mount's own root; an ancestor's
-    quota limits us as well, so every level is read.
-    """
-    found = []
-    for fstype, mount_root, point, options in _mounts(mountinfo):
-        for line in proc_cgroup.splitlines():
-            parts = line.split(":", 2)
-            if len(parts) != 3:
-                continue
-            _, controllers, path = parts
-            if fstype == "cgroup2" and parts[0] == "0" and controllers == "":
-                version = "v2"
-            elif fstype == "cgroup" and "cpu" in controllers.split(",") and "cpu" in options.split(","):
-                version = "v1"
-            else:
-                continue
-            rel = os.path.relpath(path, mount_root) if path.startswith(mount_root) else "."
-            rel = "." if rel.startswith("..") else rel
-            base = root / point.lstrip("/")
-            level = base / rel
-            while True:
-                found.append((version, level))
-                if level == base or base not in level.parents:
-                    break
-                level = level.parent
-    return found
-
-
-def cpu_quota(
-    proc_cgroup: Path = Path("/proc/self/cgroup"),
-    mountinfo: Path = Path("/proc/self/mountinfo"),
-    root: Path = Path("/"),
-) -> float | None:
-    """The CPU quota in cores (e.g. 1.5 for `docker --cpus 1.5`), or None when no quota is set.
-
-    cgroup v2: `cpu.max` holds "max PERIOD" or "QUOTA PERIOD"; v1: `cpu.cfs_quota_us` (-1 for none) over
-    `cpu.cfs_period_us`. os.sched_getaffinity does not see a quota, and torch's thread count ignores it.
-    """
-    try:
-        dirs = _cgroup_dirs(proc_cgroup.read_text(), mountinfo.read_text(), root)
-    except OSError:
-        return None
-    quotas = []
-    for version, folder in dirs:
-        try:
-            if version == "v2":
-                quota, _, period = (folder / "cpu.max").read_text().strip().partition(" ")
-            else:
-                quota = (folder / "cpu.cfs_quota_us").read_text().strip()
-                period = (folder / "cpu.cfs_period_us").read_text().strip()
-        except OSError:
-            continue
-        if quota not in ("max", "-1") and quota.lstrip("-").isdigit() and period.isdigit() and int(period) > 0:
-            quotas.append(int(quota) / int(period))
-    return min(quotas) if quotas else None
-
-
-def affinity_cores() -> int:
-    """Cores this process may run on (the affinity mask where there is one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def check_cores(affinity: int, machine: int | None, quota: float | None) -> Result:
@@ -443,14 +368,34 @@ def check_loopback(port: int = 0) -> Result:
     return Result("PASS", "loopback", f"listened on 127.0.0.1:{bound} and accepted a connection")
 
 
+def _run_bounded(cmd: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run` in a session of its own, whose whole process group is killed on a time-out: a
+    command that hangs may have started children (a shell's `sleep`, unshare's target), and
+    `subprocess.run` would kill only the command itself and leave them running."""
+    with subprocess.Popen(
+        list(cmd),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(list(cmd), proc.returncode, out, err)
+
+
 def _unshare(args: Sequence[str], unshare: str | None, timeout: float) -> str | None:
     """Run `unshare ARGS`; None on success, else its last error line."""
     if unshare is None or not Path(unshare).exists():
         return "no unshare command"
     try:
-        done = subprocess.run(
-            [unshare, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-        )
+        done = _run_bounded([unshare, *args], timeout)
     except subprocess.TimeoutExpired:
         return f"no answer within {timeout:g} s"
     except OSError as error:
@@ -542,7 +487,7 @@ def check_py_spy(spy: str | None, scope: int | None, timeout: float = 15.0, pyth
         if not target.stdout.readline():  # the interpreter is up and inside the function, or it died
             fix = "run make setup again (this Python could not run a one-line script)"
             return Result("FAIL", "py-spy", f"the target process exited with code {target.wait(5)}", fix)
-        done = subprocess.run([spy, "dump", "--pid", str(target.pid)], capture_output=True, text=True, timeout=timeout)
+        done = _run_bounded([spy, "dump", "--pid", str(target.pid)], timeout)
     except subprocess.TimeoutExpired:
         done = None
     finally:
@@ -675,7 +620,7 @@ def run_checks(emit: Callable[[Result], None] = lambda r: None) -> list[Result]:
             ("torch", lambda: check_torch(importlib.metadata.distributions(), pins.get("torch"), gpu_present())),
         ]
     checks += [
-        ("cores", lambda: check_cores(affinity_cores(), os.cpu_count(), cpu_quota())),
+        ("cores", lambda: check_cores(usable_cores(), os.cpu_count(), cpu_quota())),
     ]
     if full:
         checks.append(("start methods", check_start_methods))

@@ -383,6 +383,9 @@ def _end_group(pgid: int, pids: set[int]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
     _wait_gone(members, timeout=3.0)
+    # A member that joined the group after the listing above still maps its semaphores until it has
+    # died: wait for the whole group, so that the orphan sweep that follows sees them unmapped.
+    _await_group(pgid, 3.0)
     if _SHM.is_dir():
         for pid in pids:
             for leftover in _SHM.glob(f"torch_{pid}_*"):
@@ -699,10 +702,14 @@ def _run_script_child(
     workdir: Path,
     started: float,
 ) -> Outcome:
+    # The script's temporary folder lives in the watchdog's own, removed afterwards: a killed script
+    # never reaches the exit handler that removes its pymp-* folder (forkserver's socket, for one).
+    private_tmp = workdir / "tmp"
+    private_tmp.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-c", boot, str(path), *args],
         cwd=cwd,
-        env=env,
+        env={**(os.environ if env is None else env), "TMPDIR": str(private_tmp)},
         stdin=subprocess.DEVNULL,
     )
     finish = functools.partial(

@@ -104,3 +104,14 @@ def test_torch_compiler_cache_stays_out_of_the_temporary_folder(tmp_path):
     assert done.returncode == 0, done.stderr
     # nothing in the temporary folder but the cache home this test pointed XDG_CACHE_HOME into
     assert done.stdout.split() == ["['cache-home']", str(tmp_path / "cache-home" / "torchinductor")]
+
+
+def test_openmp_runtime_names_the_loaded_library():
+    import torch  # noqa: F401 - loads the runtime
+
+    assert environment.openmp_runtime() in ("GNU libgomp", "Intel libiomp", "LLVM libomp", "none loaded")
+
+
+def test_cpu_quota_on_this_machine_is_none_or_positive():
+    quota = environment.cpu_quota()
+    assert quota is None or quota > 0

@@ -142,31 +142,3 @@ def test_fork_while_a_thread_holds_a_lock_hangs_and_cleans_up():
         pytest.skip("no fork here")
     outcome = orientation.fork_while_a_thread_holds_a_lock(timeout=1.0)
     assert outcome.status == "hung" and outcome.stuck_in == ["acquire"]
-
-
-def test_cpu_quota_reads_both_cgroup_versions(tmp_path, monkeypatch):
-    from pathlib import Path
-
-    real = Path
-
-    def fake_root(*parts):
-        if parts and str(parts[0]) == "/sys/fs/cgroup":
-            return real(tmp_path, *parts[1:])
-        return real(*parts)
-
-    monkeypatch.setattr(orientation, "Path", fake_root)
-    assert orientation.cpu_quota() is None  # no cgroup files at all
-    (tmp_path / "cpu").mkdir()
-    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
-    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
-    assert orientation.cpu_quota() is None  # v1, no quota
-    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")
-    assert orientation.cpu_quota() == 1.5
-    (tmp_path / "cpu.max").write_text("max 100000\n")
-    assert orientation.cpu_quota() is None  # v2 wins, no quota
-    (tmp_path / "cpu.max").write_text("200000 100000\n")
-    assert orientation.cpu_quota() == 2.0
-
-
-def test_openmp_runtime_names_the_loaded_library():
-    assert orientation.openmp_runtime() in ("GNU libgomp", "Intel libiomp5", "LLVM libomp", "unknown")
