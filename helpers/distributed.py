@@ -1,31 +1,22 @@
-"""Chapter 05, torch.distributed and DDP on CPU: rank functions, the launcher that runs them, a ring
-all-reduce written by hand, DDP checks, torchrun jobs and the network checks of the notebook and of two
-bench figures (`ddp_speedup`, `ring_allreduce`).
+"""Chapter 05, torch.distributed and DDP on CPU: the functions its ranks run (the demos of every
+section), a ring all-reduce written by hand, DDP checks, the sampler, the chapter's torchrun jobs, its
+failure demos and the timings of section 10 and of two bench figures (`ddp_speedup`, `ring_allreduce`).
 
-Loopback only. torch's `TCPStore` (the rendezvous behind `env://` and `tcp://`) listens on every interface
-whatever `MASTER_ADDR` says, and so do torchrun's rendezvous stores. So the groups started here build the
-store themselves on a socket bound to 127.0.0.1 (`master_listen_fd`) or use `file://`, and gloo is pinned
-to the loopback device with `GLOO_SOCKET_IFNAME=lo`. The demos of torch's default behaviour and the torchrun
-jobs run in a private network namespace (`unshare -Urn`, where the only interface is loopback) when Linux
-allows it, so a wildcard listener never faces a real network; elsewhere they run as a plain torchrun would.
+The ranks are started by `helpers.launcher` (loopback only: a store bound to 127.0.0.1, gloo pinned to
+`lo`, torchrun in a private network namespace where Linux allows it). Every demo here is a module-level
+function `fn(rank, world_size, **kw)`, so spawn and forkserver children can import it by name.
 
-Conventions as in the other chapters: ranks never print, they return results (written to a file per rank
-and read back by the parent, which prints them sorted by rank); every wait has a timeout; every process
+Conventions as in the other chapters: ranks never print, they return results (the launcher writes them
+to a file per rank and the parent prints them sorted by rank); every wait has a timeout; every process
 group is destroyed, every listener closed and every process joined before a function returns.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import functools
 import json
-import logging
-import os
-import pickle
-import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,280 +28,64 @@ from typing import Any
 import torch
 
 from helpers.environment import default_context, default_start_method
-from helpers.errors import clean, error_line, short_error
-from helpers.processes import join_spawned, stop
+from helpers.errors import clean, short_error
+from helpers.launcher import (
+    LOOPBACK,
+    check_rank,
+    describe_error,
+    free_port,
+    init_group,
+    isolated,
+    launch,
+    listening_addresses,
+    rank_main,
+    torchrun_standalone,
+    torchrun_two_nodes,
+)
 from helpers.validate import positive_int
 
 __all__ = [
-    "free_port",
-    "check_rank",
-    "loopback_store",
-    "init_group",
-    "launch",
-    "DEMOS",
+    "SCRIPT",
+    "hello",
+    "point_to_point",
+    "isend_race",
+    "collectives",
+    "ring_check",
+    "ddp_check",
+    "checkpoint",
     "ring_allreduce",
     "ring_bytes_per_rank",
     "naive_bytes_per_rank",
     "make_model",
     "make_batch",
+    "ddp_gradients",
     "sampler_indices",
     "epoch_orders",
-    "listening_addresses",
     "default_store_listens",
-    "isolation_available",
-    "isolated",
-    "torchrun_standalone",
-    "torchrun_two_nodes",
-    "torchrun_all",
-    "kill_tree",
     "two_node_commands",
+    "torchrun_all",
     "TrainRun",
+    "timed_training",
+    "timed_shapes",
     "ddp_throughput",
     "ddp_throughputs",
+    "ring_timing",
     "ring_vs_allreduce",
+    "uneven_rank",
     "uneven",
     "uneven_hang",
+    "mismatch_rank",
     "mismatch",
     "foreign_listener_client",
     "store_host_on_taken_port",
-    "ddp_gradients",
-    "describe_error",
+    "clean_line",
 ]
 
-LOOPBACK = "127.0.0.1"
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "ddp_train.py"
-
-# torch.multiprocessing logs "Terminating process N via signal SIGTERM" with a pid and a time when a rank
-# fails and the others are stopped; the launcher reports the failure itself.
-logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
-
-
-# ----------------------------------------------------------------------------------------------- setup
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago: bind port 0 there, read the port, close.
-
-    Asking the OS (port 0) instead of hard-coding 29500 is what makes a cell re-runnable: the previous
-    group's port may still be in TIME_WAIT. The socket is closed before returning; the store that uses
-    the port binds it again with SO_REUSEADDR.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
-def check_rank(rank: Any, world_size: Any) -> tuple[int, int]:
-    """Validate a (rank, world_size) pair before anything starts: a wrong one would otherwise hang a
-    rendezvous that waits for ranks which never come."""
-    world_size = positive_int("world_size", world_size)
-    if isinstance(rank, bool) or not isinstance(rank, int):
-        raise TypeError(f"rank must be an int, got {type(rank).__name__}")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in 0..{world_size - 1} for world_size {world_size}, got {rank}")
-    return rank, world_size
-
-
-def _check_port(port: Any) -> int:
-    port = positive_int("port", port)
-    if port > 65535:
-        raise ValueError(f"port must be <= 65535, got {port}")
-    return port
-
-
-def loopback_store(rank: int, world_size: int, port: int, timeout: float = 30.0) -> Any:
-    """A `TCPStore` that listens on 127.0.0.1 only.
-
-    Rank 0 binds the socket itself and hands it to the store (`master_listen_fd`); left to itself,
-    the store would listen on all interfaces. The other ranks connect to 127.0.0.1:port and retry until
-    rank 0 is up or `timeout` passes.
-    """
-    import torch.distributed as dist
-
-    rank, world_size = check_rank(rank, world_size)
-    port = _check_port(port)
-    wait = datetime.timedelta(seconds=timeout)
-    if rank != 0:
-        return dist.TCPStore(LOOPBACK, port, world_size, False, wait)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((LOOPBACK, port))
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    return dist.TCPStore(LOOPBACK, port, world_size, True, wait, master_listen_fd=sock.detach())
-
-
-def init_group(
-    rank: int, world_size: int, port: int | None = None, init_file: str | None = None, timeout: float = 30.0
-) -> None:
-    """Join the default gloo process group on this machine, loopback only.
-
-    Exactly one of `port` (a store on 127.0.0.1, see `loopback_store`) and `init_file` (`file://`
-    rendezvous through a file every rank can see; nothing listens for it) is given.
-    `GLOO_SOCKET_IFNAME=lo` keeps gloo's own connections on the loopback device; without it gloo binds to
-    whatever address the host name resolves to.
-    """
-    import torch.distributed as dist
-
-    rank, world_size = check_rank(rank, world_size)
-    if (port is None) == (init_file is None):
-        raise ValueError("give exactly one of port and init_file")
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    wait = datetime.timedelta(seconds=timeout)
-    if init_file is not None:
-        dist.init_process_group(
-            "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size, timeout=wait
-        )
-    else:
-        store = loopback_store(rank, world_size, _check_port(port), timeout)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
-
-
-# -------------------------------------------------------------------------------------------- launcher
-def _run_demos(rank: int, world_size: int, demos: Sequence[Any], outdir: str, kwargs: dict[str, Any]) -> None:
-    """Run the demos in this rank (its group already joined), saving the results after each one, so that
-    a rank killed later still reports what it had done."""
-    results: dict[str, Any] = {}
-    for demo in demos:
-        fn = DEMOS[demo] if isinstance(demo, str) else demo
-        name = demo if isinstance(demo, str) else getattr(demo, "__name__", "demo")
-        results[name] = fn(rank, world_size, **kwargs.get(name, {}))
-        path = os.path.join(outdir, f"rank{rank}.pickle")
-        with open(path + ".part", "wb") as f:
-            pickle.dump(results, f)
-        os.replace(path + ".part", path)
-
-
-def _rank_main(
-    rank: int,
-    world_size: int,
-    demos: Sequence[Any],
-    port: int | None,
-    init_file: str | None,
-    outdir: str,
-    threads: int,
-    env: dict[str, str],
-    kwargs: dict[str, Any],
-) -> None:
-    torch.set_num_threads(threads)  # first: a forked child of a kernel would hang in OpenMP otherwise
-    os.environ.update(env)
-    import torch.distributed as dist
-
-    if "TORCH_DISTRIBUTED_DEBUG" in env:
-        dist.set_debug_level_from_env()  # read once, at import: a forked child inherits the parent's level
-
-    init_group(rank, world_size, port=port, init_file=init_file)
-    try:
-        _run_demos(rank, world_size, demos, outdir, kwargs)
-    finally:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-    # Leave without the interpreter's teardown (spawn children have one; forked ones leave this way
-    # anyway): after a DDP model, gloo's threads outlive destroy_process_group in this torch, and tearing
-    # them down at exit sometimes aborts the process (SIGABRT). The results are written and closed.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def _exit_text(exitcode: int | None) -> str:
-    """How a rank process ended, in words: 'killed by SIGABRT', 'exit code 1'."""
-    import signal
-
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        return f"killed by {signal.Signals(-exitcode).name}"
-    return f"exit code {exitcode}"
-
-
-def _join_all(context: Any, timeout: float) -> list[int | None]:
-    """Wait for every rank to end on its own (no stopping the others when one fails, unlike
-    `ProcessContext.join`), for `timeout` seconds in all; then kill what is left: `TimeoutError`."""
-    deadline = time.monotonic() + timeout
-    for process in context.processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    hung = any(process.is_alive() for process in context.processes)
-    codes = stop(context.processes, timeout=0)  # kills what is left, joins everything
-    if hung:
-        raise TimeoutError(f"spawned processes still running after {timeout:g} s")
-    return codes
-
-
-def launch(
-    demos: Sequence[str | Callable[..., Any]],
-    world_size: int = 2,
-    *,
-    init: str = "store",
-    timeout: float = 60.0,
-    start_method: str | None = None,
-    threads: int = 1,
-    env: dict[str, str] | None = None,
-    kwargs: dict[str, dict[str, Any]] | None = None,
-    tmpdir: str | None = None,
-    failures: str = "raise",
-) -> dict[int, dict[str, Any]]:
-    """Start `world_size` ranks in one process group, run the `demos` (names in `DEMOS`, or functions
-    `fn(rank, world_size, **kw)` when the start method is fork) one after another in every rank, and
-    return `{rank: {demo: result}}`.
-
-    One launch runs several demos because each launch costs a process start (1-2.5 s under spawn).
-    `init` is "store" (TCPStore on 127.0.0.1, a fresh free port per launch) or "file" (`file://`).
-    `failures="raise"`: a rank that raises stops the others and its error is re-raised here
-    (`ProcessRaisedException`). `failures="report"`: every rank runs to its end, and a rank that did not
-    exit cleanly gets the key "exit" ("killed by SIGABRT", "exit code 1") next to the results of the
-    demos it finished; for demos that break the group on purpose, where gloo may abort the process
-    instead of raising. Nothing waits longer than `timeout` seconds (then `TimeoutError`). Every file
-    (results, the rendezvous file, torch's `pytorch-errorfile-*`) goes into one temporary folder, made
-    inside `tmpdir` when given: a caller that may be killed (a hang demo under the watchdog) passes a
-    folder it removes.
-    """
-
-    import torch.multiprocessing as tmp
-
-    world_size = positive_int("world_size", world_size)
-    threads = positive_int("threads", threads)
-    if init not in ("store", "file"):
-        raise ValueError(f"init must be 'store' or 'file', got {init!r}")
-    if failures not in ("raise", "report"):
-        raise ValueError(f"failures must be 'raise' or 'report', got {failures!r}")
-    if isinstance(demos, str) or not demos:
-        raise TypeError("demos must be a non-empty list of demo names or functions")
-    for demo in demos:
-        if isinstance(demo, str) and demo not in DEMOS:
-            raise ValueError(f"unknown demo {demo!r}; choose from {', '.join(DEMOS)}")
-        if not isinstance(demo, str) and not callable(demo):
-            raise TypeError(f"a demo must be a name or a function, got {type(demo).__name__}")
-    method = start_method or default_start_method()
-    with tempfile.TemporaryDirectory(prefix="ddp-", dir=tmpdir) as outdir:
-        port = free_port() if init == "store" else None
-        init_file = os.path.join(outdir, "rendezvous") if init == "file" else None
-        args = (world_size, list(demos), port, init_file, outdir, threads, dict(env or {}), dict(kwargs or {}))
-        saved, tempfile.tempdir = tempfile.tempdir, outdir  # torch writes its error files to tempfile's folder
-        try:
-            context = tmp.start_processes(_rank_main, args=args, nprocs=world_size, join=False, start_method=method)
-        finally:
-            tempfile.tempdir = saved
-        if failures == "raise":
-            join_spawned(context, timeout)
-            codes = [0] * world_size
-        else:
-            codes = _join_all(context, timeout)
-        results = {}
-        for rank in range(world_size):
-            path = os.path.join(outdir, f"rank{rank}.pickle")
-            results[rank] = {}
-            if os.path.exists(path):
-                with open(path, "rb") as f:
-                    results[rank] = pickle.load(f)
-            if codes[rank] != 0:
-                results[rank]["exit"] = _exit_text(codes[rank])
-    return results
 
 
 # ---------------------------------------------------------------------------------------------- demos
-def _hello(rank: int, world_size: int) -> dict[str, Any]:
+def hello(rank: int, world_size: int) -> dict[str, Any]:
     import torch.distributed as dist
 
     return {
@@ -322,7 +97,7 @@ def _hello(rank: int, world_size: int) -> dict[str, Any]:
     }
 
 
-def _point_to_point(rank: int, world_size: int) -> dict[str, Any]:
+def point_to_point(rank: int, world_size: int) -> dict[str, Any]:
     """Rank 0 sends to rank 1, blocking (`send`/`recv`) and non-blocking (`isend`/`irecv` + `wait`)."""
     import torch.distributed as dist
 
@@ -343,7 +118,7 @@ def _point_to_point(rank: int, world_size: int) -> dict[str, Any]:
     return out
 
 
-def _isend_race(rank: int, world_size: int, rounds: int = 20, size: int = 250_000) -> list[str]:
+def isend_race(rank: int, world_size: int, rounds: int = 20, size: int = 250_000) -> list[str]:
     """Rank 0 overwrites the buffer of an `isend` right away, without waiting: what arrives at rank 1
     is the old data, the new data or a mix, depending on how far the send had got."""
     import torch.distributed as dist
@@ -364,7 +139,7 @@ def _isend_race(rank: int, world_size: int, rounds: int = 20, size: int = 250_00
     return seen
 
 
-def _collectives(rank: int, world_size: int) -> dict[str, Any]:
+def collectives(rank: int, world_size: int) -> dict[str, Any]:
     """Every collective once on small tensors; each rank returns what it holds afterwards."""
     import torch.distributed as dist
 
@@ -399,7 +174,7 @@ def _collectives(rank: int, world_size: int) -> dict[str, Any]:
     return out
 
 
-def _ring_check(rank: int, world_size: int, numel: int = 1_003, seed: int = 0) -> dict[str, Any]:
+def ring_check(rank: int, world_size: int, numel: int = 1_003, seed: int = 0) -> dict[str, Any]:
     """The hand-written ring all-reduce against `dist.all_reduce` on the same random tensor."""
     import torch.distributed as dist
 
@@ -512,7 +287,7 @@ def ddp_gradients(rank: int, world_size: int, batch: int = 8, average: Callable[
     return got, full
 
 
-def _ddp_check(rank: int, world_size: int, steps: int = 5, batch: int = 8) -> dict[str, Any]:
+def ddp_check(rank: int, world_size: int, steps: int = 5, batch: int = 8) -> dict[str, Any]:
     """DDP on CPU: (1) one step's gradients equal those of one process on the concatenated batch;
     (2) after several steps the parameters of every rank are still identical; (3) `device_ids` fails."""
     import torch.distributed as dist
@@ -545,7 +320,7 @@ def _ddp_check(rank: int, world_size: int, steps: int = 5, batch: int = 8) -> di
     return out
 
 
-def _checkpoint(rank: int, world_size: int, path: str = "") -> dict[str, Any]:
+def checkpoint(rank: int, world_size: int, path: str = "") -> dict[str, Any]:
     """Save on rank 0 only, barrier, then every rank loads with `weights_only=True`."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -559,17 +334,6 @@ def _checkpoint(rank: int, world_size: int, path: str = "") -> dict[str, Any]:
     fresh.load_state_dict(state)
     same = all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.module.parameters(), strict=True))
     return {"loaded equals the live model": same, "keys": list(state)[:2]}
-
-
-DEMOS: dict[str, Callable[..., Any]] = {
-    "hello": _hello,
-    "point_to_point": _point_to_point,
-    "isend_race": _isend_race,
-    "collectives": _collectives,
-    "ring": _ring_check,
-    "ddp": _ddp_check,
-    "checkpoint": _checkpoint,
-}
 
 
 # -------------------------------------------------------------------------------------------- sampler
@@ -602,29 +366,13 @@ def epoch_orders(length: int, epochs: int, set_epoch: bool, rank: int = 0, world
 
 
 # ----------------------------------------------------------------------------------- network checks
-def listening_addresses(pid: int | None = None, tree: bool = True) -> list[str]:
-    """The local addresses on which `pid` (default: this process) and, with `tree`, its children listen
-    for TCP connections, as 'address' strings without ports (ports change every run)."""
-    import psutil
-
-    root = psutil.Process(pid)
-    procs = [root, *(root.children(recursive=True) if tree else [])]
-    found = set()
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            for conn in proc.net_connections(kind="tcp"):
-                if conn.status == psutil.CONN_LISTEN:
-                    found.add(conn.laddr.ip)
-    return sorted(found)
-
-
 _PROBE = """
 import datetime, json, os, sys
 os.environ["GLOO_SOCKET_IFNAME"] = "lo"
 os.environ["MASTER_ADDR"] = "127.0.0.1"
 os.environ["MASTER_PORT"] = sys.argv[1]
 import torch.distributed as dist
-from helpers.distributed import listening_addresses
+from helpers.launcher import listening_addresses
 dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
 print(json.dumps(listening_addresses()))
 dist.destroy_process_group()
@@ -638,110 +386,6 @@ def default_store_listens(timeout: float = 30.0) -> list[str]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-# --------------------------------------------------------------------------------------- isolation
-_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
-
-# Run first inside the new namespace: bring `lo` up (what `ip link set lo up` does, with one ioctl), then
-# become the command. Standard library only: importing this module would import torch (1.5 s) for nothing.
-_ENTER = f"""
-import fcntl, os, socket, struct, sys
-with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-    request = struct.pack("16sH", b"lo", 0)
-    flags = struct.unpack("16sH", fcntl.ioctl(sock.fileno(), {_SIOCGIFFLAGS}, request)[:18])[1]
-    fcntl.ioctl(sock.fileno(), {_SIOCSIFFLAGS}, struct.pack("16sH", b"lo", flags | {_IFF_UP}))
-os.execvp(sys.argv[1], sys.argv[1:])
-"""
-
-
-@functools.lru_cache(maxsize=1)
-def isolation_available() -> bool:
-    """True when this Linux lets an ordinary user create a private network namespace (`unshare -Urn`).
-    Ubuntu's AppArmor rules, Docker and macOS often do not: then torchrun runs as it would anyway."""
-    if sys.platform != "linux" or shutil.which("unshare") is None:
-        return False
-    try:
-        done = subprocess.run(
-            ["unshare", "-Urn", sys.executable, "-c", _ENTER, "true"], capture_output=True, timeout=20
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-def isolated(command: Sequence[str], timeout: float = 60.0, env: dict[str, str | None] | None = None) -> str:
-    """Run `command` (inside a private network namespace whose only interface is loopback, when
-    available) and return its stdout; its whole process group is killed after `timeout` seconds.
-    `env` adds variables to this process's environment (None removes one).
-    A non-zero exit raises `RuntimeError` with the cleaned error line of its output."""
-    if isinstance(command, str) or not command:
-        raise TypeError("command must be a non-empty list of strings")
-    prefix = ["unshare", "-Urn", sys.executable, "-c", _ENTER] if isolation_available() else []
-    proc = subprocess.Popen(
-        [*prefix, *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None},
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        proc.communicate()
-        raise TimeoutError(f"{Path(command[0]).name} did not finish within {timeout:g} s") from None
-    if proc.returncode != 0:
-        error = RuntimeError(error_line(err + out) or f"exit code {proc.returncode}")
-        error.output = clean(err)  # type: ignore[attr-defined] - the whole story, for debugging
-        raise error
-    return out
-
-
-def kill_tree(pid: int) -> None:
-    """Kill a process and all its descendants, found before any is killed. torchrun starts its workers
-    in sessions of their own, so a process-group kill misses them, and killing the agent first would
-    leave them orphaned."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [*root.children(recursive=True), root]
-    except psutil.NoSuchProcess:
-        return
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    psutil.wait_procs(procs, timeout=5)
-
-
-# ------------------------------------------------------------------------------------------ torchrun
-def _torchrun() -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run"]  # what the `torchrun` command runs
-
-
-def _read_results(outdir: str) -> list[dict[str, Any]]:
-    rows = [json.loads(p.read_text()) for p in sorted(Path(outdir).glob("rank*.json"))]
-    return sorted(rows, key=lambda row: row["RANK"])
-
-
-def _torchrun_env(tmp: str) -> dict[str, str | None]:
-    # torchrun writes torchelastic_* folders and error files under TMPDIR; the caller removes tmp
-    # OMP_NUM_THREADS is left to torchrun on purpose: the notebook shows that it sets it
-    return {"TMPDIR": tmp, "GLOO_SOCKET_IFNAME": "lo", "LOGLEVEL": "ERROR", "OMP_NUM_THREADS": None}
-
-
-def torchrun_standalone(nproc: int = 2, steps: int = 3, timeout: float = 60.0) -> list[dict[str, Any]]:
-    """`torchrun --standalone --nproc-per-node nproc ddp_train.py`; returns each rank's results file,
-    sorted by rank (torchrun's own output has run ids, ports and times: it is not returned)."""
-    nproc = positive_int("nproc", nproc)
-    with tempfile.TemporaryDirectory(prefix="torchrun-") as tmp:
-        out = os.path.join(tmp, "results")
-        os.mkdir(out)
-        command = [*_torchrun(), "--standalone", f"--nproc-per-node={nproc}", str(SCRIPT), out, str(steps)]
-        isolated(command, timeout=timeout, env=_torchrun_env(tmp))
-        return _read_results(out)
-
-
 def two_node_commands(kind: str, host: str = "10.0.0.1", port: int = 29400, script: str = "ddp_train.py") -> list[str]:
     """The commands a learner types on two machines (node 0 first), for `kind` "c10d" or "static"."""
     if kind == "c10d":
@@ -753,73 +397,15 @@ def two_node_commands(kind: str, host: str = "10.0.0.1", port: int = 29400, scri
     raise ValueError(f"kind must be 'c10d' or 'static', got {kind!r}")
 
 
-_TWO_NODES = """
-import json, subprocess, sys, time
-import psutil
-commands, timeout = json.loads(sys.argv[1]), float(sys.argv[2])
-procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for c in commands]
-deadline = time.monotonic() + timeout
-errors = []
-for p in procs:
-    try:
-        errors.append(p.communicate(timeout=max(0.1, deadline - time.monotonic()))[1])
-    except subprocess.TimeoutExpired:
-        errors.append("")
-for p in procs:  # the agent and its workers (in sessions of their own): see kill_tree
-    try:
-        tree = [*psutil.Process(p.pid).children(recursive=True), psutil.Process(p.pid)]
-    except psutil.NoSuchProcess:
-        tree = []
-    for proc in tree:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-for n, p in enumerate(procs):
-    if p.returncode is None:
-        errors[n] = "timed out\\n" + p.communicate()[1]
-codes = [p.returncode for p in procs]
-if any(codes):
-    sys.stderr.write("\\n".join(f"node {n}: exit code {c}\\n{e}" for n, (c, e) in enumerate(zip(codes, errors))))
-    sys.exit(1)
-"""
-
-
-def _node_command(kind: str, node: int, port: int, out: str, steps: int) -> list[str]:
-    """The torchrun command of one of two "nodes" on this machine, meeting at 127.0.0.1:port."""
-    base = [*_torchrun(), "--nnodes=2", "--nproc-per-node=1"]
-    if kind == "c10d":
-        base += ["--rdzv-backend=c10d", f"--rdzv-endpoint={LOOPBACK}:{port}", "--rdzv-id=nb05"]
-        base += [f"--node-rank={node}"]  # ignored by c10d, on purpose: see the results
-    else:
-        base += [f"--node-rank={node}", f"--master-addr={LOOPBACK}", f"--master-port={port}"]
-    return [*base, str(SCRIPT), out, str(steps), f"node{node}"]
-
-
-def torchrun_two_nodes(kind: str, steps: int = 3, timeout: float = 40.0) -> list[dict[str, Any]]:
-    """Two torchrun "nodes" on this machine, one process each: `kind="c10d"` (dynamic rendezvous on
-    127.0.0.1; ranks go by arrival and `--node-rank` is ignored) or `"static"` (`--node-rank`,
-    `--master-addr`, `--master-port`). Both run in one namespace so they can meet. Results by rank."""
-    if kind not in ("c10d", "static"):
-        raise ValueError(f"kind must be 'c10d' or 'static', got {kind!r}")
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="torchrun-") as tmp:
-        out = os.path.join(tmp, "results")
-        os.mkdir(out)
-        commands = [_node_command(kind, node, port, out, steps) for node in (0, 1)]
-        driver = [sys.executable, "-c", _TWO_NODES, json.dumps(commands), str(timeout)]
-        isolated(driver, timeout=timeout + 10, env=_torchrun_env(tmp))
-        return _read_results(out)
-
-
 def torchrun_all(steps: int = 3, timeout: float = 40.0) -> dict[str, list[dict[str, Any]]]:
     """The three torchrun jobs of the notebook ("standalone", "c10d", "static"), one after another (side
     by side they would save a few seconds but load the machine at the moment each job shuts down)."""
-    return {
-        "standalone": torchrun_standalone(2, steps, timeout),
-        "c10d": torchrun_two_nodes("c10d", steps, timeout),
-        "static": torchrun_two_nodes("static", steps, timeout),
-    }
+    standalone = torchrun_standalone(SCRIPT, ["{results}", str(steps)], 2, timeout=timeout)
+    args = ["{results}", str(steps), "node{node}"]
+    # --node-rank is passed to c10d too, on purpose: torchrun ignores it there (see the results)
+    c10d = torchrun_two_nodes(SCRIPT, "c10d", args, options=["--node-rank={node}"], timeout=timeout)
+    static = torchrun_two_nodes(SCRIPT, "static", args, timeout=timeout)
+    return {"standalone": standalone.results, "c10d": c10d.results, "static": static.results}
 
 
 # ----------------------------------------------------------------------------------------- speed
@@ -834,7 +420,7 @@ class TrainRun:
     seconds: float  # the timed steps
 
 
-def _timed_training(
+def timed_training(
     rank: int, world_size: int, batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 10, warmup: int = 2
 ) -> dict[str, float]:
     import torch.distributed as dist
@@ -858,15 +444,15 @@ def _timed_training(
     return {"seconds": time.perf_counter() - started, "first_step": first}
 
 
-def _timed_shapes(rank: int, world_size: int, shapes: dict[str, dict[str, int]], steps: int) -> dict[str, Any]:
-    """`_timed_training` for each named shape in turn, in one group (one process start for all)."""
-    return {name: _timed_training(rank, world_size, steps=steps, **shape) for name, shape in shapes.items()}
+def timed_shapes(rank: int, world_size: int, shapes: dict[str, dict[str, int]], steps: int) -> dict[str, Any]:
+    """`timed_training` for each named shape in turn, in one group (one process start for all)."""
+    return {name: timed_training(rank, world_size, steps=steps, **shape) for name, shape in shapes.items()}
 
 
 def ddp_throughputs(
     world_size: int, shapes: dict[str, dict[str, int]], threads: int = 1, steps: int = 10
 ) -> dict[str, TrainRun]:
-    """Weak scaling: for each named shape (`batch`, `width`, `depth` of `_timed_training`) every rank
+    """Weak scaling: for each named shape (`batch`, `width`, `depth` of `timed_training`) every rank
     trains on `batch` samples per step; samples/s over all ranks, timed from a barrier after warm-up.
     All shapes run in one launch. Several threads per process need spawn (a fork of a threaded parent
     hangs). `startup` is the time from the launch to the first timed step of the first shape."""
@@ -879,16 +465,11 @@ def ddp_throughputs(
     started = time.time()
     kw = {"shapes": shapes, "steps": positive_int("steps", steps)}
     results = launch(
-        [_timed_shapes] if method == "fork" else ["timed_shapes"],
-        world_size,
-        start_method=method,
-        threads=threads,
-        kwargs={"_timed_shapes": kw, "timed_shapes": kw},
-        timeout=300,
+        [timed_shapes], world_size, start_method=method, threads=threads, kwargs={"timed_shapes": kw}, timeout=300
     )
     runs = {}
     for name, shape in shapes.items():
-        rows = [next(iter(results[r].values()))[name] for r in results]
+        rows = [results[r]["timed_shapes"][name] for r in results]
         seconds = max(row["seconds"] for row in rows)
         first = min(row["first_step"] for row in rows)
         samples = world_size * shape.get("batch", 1024) * steps
@@ -904,7 +485,7 @@ def ddp_throughput(
     return ddp_throughputs(world_size, {"run": shape}, threads=threads, steps=steps)["run"]
 
 
-def _ring_timing(rank: int, world_size: int, numel: int = 1 << 20, repeats: int = 10) -> dict[str, float]:
+def ring_timing(rank: int, world_size: int, numel: int = 1 << 20, repeats: int = 10) -> dict[str, float]:
     import torch.distributed as dist
 
     data = torch.randn(numel)
@@ -920,20 +501,15 @@ def _ring_timing(rank: int, world_size: int, numel: int = 1 << 20, repeats: int 
     return times
 
 
-DEMOS["timed_training"] = _timed_training
-DEMOS["timed_shapes"] = _timed_shapes
-DEMOS["ring_timing"] = _ring_timing
-
-
 def ring_vs_allreduce(nbytes: int = 4 << 20, repeats: int = 10, world_size: int = 2) -> dict[str, float]:
     """Seconds per all-reduce of an `nbytes` float32 tensor: hand-written ring vs `dist.all_reduce`."""
     numel = positive_int("nbytes", nbytes) // 4
-    results = launch(["ring_timing"], world_size, kwargs={"ring_timing": {"numel": numel, "repeats": repeats}})
+    results = launch([ring_timing], world_size, kwargs={"ring_timing": {"numel": numel, "repeats": repeats}})
     return {name: max(results[r]["ring_timing"][name] for r in results) for name in ("ring", "all_reduce")}
 
 
 # ----------------------------------------------------------------------------------- failure demos
-def _uneven_rank(rank: int, world_size: int, ending: str = "join") -> dict[str, Any]:
+def uneven_rank(rank: int, world_size: int, ending: str = "join") -> dict[str, Any]:
     """Rank r has 2 + r batches. `ending`: "barrier" (the short rank then waits in a collective: hang),
     "return" (it just leaves: the others' next all-reduce fails), "join" (the `Join` context manager
     shadows the missing all-reduces)."""
@@ -965,10 +541,6 @@ def _uneven_rank(rank: int, world_size: int, ending: str = "join") -> dict[str, 
     return {"batches": len(batches), "outcome": "finished"}
 
 
-DEMOS["uneven"] = _uneven_rank
-for _ending in ("barrier", "return", "join"):
-    DEMOS[f"uneven_{_ending}"] = functools.partial(_uneven_rank, ending=_ending)
-
 _ABORTED = "gloo aborted the process instead of raising"
 
 
@@ -981,7 +553,7 @@ def uneven(
     endings: Sequence[str] = ("join", "return"), world_size: int = 2, timeout: float = 30.0
 ) -> dict[str, dict[int, dict[str, Any]]]:
     """The uneven-inputs job with each of `endings` in turn, in one launch; returns
-    `{ending: {rank: {"batches", "outcome", "failed"}}}`. See `_uneven_rank`.
+    `{ending: {rank: {"batches", "outcome", "failed"}}}`. See `uneven_rank`.
 
     "return" breaks the group, so it must come last. A rank left alone in a collective either raises
     (connection closed or reset by peer) or is aborted by gloo (SIGABRT, seen about once in ten runs
@@ -995,7 +567,8 @@ def uneven(
     if not endings or "return" in endings[:-1]:
         raise ValueError("endings must be a non-empty list with 'return', if present, last: it breaks the group")
     names = [f"uneven_{ending}" for ending in endings]
-    results = launch(names, world_size, timeout=timeout, failures="report")
+    demos = {name: functools.partial(uneven_rank, ending=ending) for name, ending in zip(names, endings, strict=True)}
+    results = launch(demos, world_size, timeout=timeout, failures="report")
     table: dict[str, dict[int, dict[str, Any]]] = {}
     for ending, name in zip(endings, names, strict=True):
         table[ending] = {}
@@ -1009,7 +582,7 @@ def uneven(
 def uneven_hang(world_size: int = 2, tmpdir: str | None = None, timeout: float = 30.0) -> None:
     """The "barrier" ending, with rank 0 running in this process and the others in child processes: run
     it under `watchdog.run`, whose stack dump then shows where rank 0 really waits (`dist.barrier`
-    inside `_uneven_rank`), not a launcher's join. Never returns unless something is wrong."""
+    inside `uneven_rank`), not a launcher's join. Never returns unless something is wrong."""
 
     world_size = positive_int("world_size", world_size)
     if world_size < 2:
@@ -1017,34 +590,20 @@ def uneven_hang(world_size: int = 2, tmpdir: str | None = None, timeout: float =
     outdir = tempfile.mkdtemp(prefix="ddp-", dir=tmpdir)  # the watchdog kills us: the caller removes tmpdir
     port = free_port()
     ctx = default_context()
+    demos = {"uneven_barrier": functools.partial(uneven_rank, ending="barrier")}
     others = [
-        ctx.Process(target=_rank_main, args=(r, world_size, ["uneven_barrier"], port, None, outdir, 1, {}, {}))
-        for r in range(1, world_size)
+        ctx.Process(target=rank_main, args=(r, world_size, demos, port, None, outdir)) for r in range(1, world_size)
     ]
     for proc in others:
         proc.start()
     torch.set_num_threads(1)
     init_group(0, world_size, port=port, timeout=timeout)
-    _uneven_rank(0, world_size, ending="barrier")  # hangs in dist.barrier()
+    uneven_rank(0, world_size, ending="barrier")  # hangs in dist.barrier()
     for proc in others:
         proc.join(timeout)
 
 
-def describe_error(exc: BaseException) -> str:
-    """A distributed error in one stable line. Gloo's messages carry a source path, an address and a
-    port, and a lost peer is reported as "closed" or "reset" depending on timing: keep what matters."""
-    text = " ".join(str(exc).split())
-    name = type(exc).__name__
-    if "by peer" in text:
-        return f"{name}: the connection to another rank was lost (closed/reset by peer)"
-    if "Detected mismatch between collectives" in text:
-        return f"{name}: Detected mismatch between collectives on ranks"
-    if "EADDRINUSE" in text or "address already in use" in text:
-        return f"{name}: address already in use"
-    return short_error(exc)
-
-
-def _mismatch_rank(rank: int, world_size: int) -> str:
+def mismatch_rank(rank: int, world_size: int) -> str:
     import torch.distributed as dist
 
     t = torch.ones(2 + rank)  # rank 0 sends 2 numbers, rank 1 sends 3
@@ -1055,16 +614,13 @@ def _mismatch_rank(rank: int, world_size: int) -> str:
     return f"finished, holds {t.tolist()}"
 
 
-DEMOS["mismatch"] = _mismatch_rank
-
-
 def mismatch(debug: bool, timeout: float = 30.0) -> dict[int, str]:
     """An all_reduce whose tensors differ in shape across ranks, with or without
     `TORCH_DISTRIBUTED_DEBUG=DETAIL`; returns what each rank ended with (error line, its tensor, or,
     without DETAIL, how its process died: gloo may abort it instead of raising)."""
     env = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL" if debug else "OFF"}
-    results = launch(["mismatch"], 2, env=env, timeout=timeout, failures="report")
-    return _outcomes(results, "mismatch")
+    results = launch([mismatch_rank], 2, env=env, timeout=timeout, failures="report")
+    return _outcomes(results, "mismatch_rank")
 
 
 def foreign_listener_client(timeout: float = 2.0) -> str:

@@ -35,12 +35,12 @@ def average_gradients(fn: Any) -> Verdict:
     in backward), so one step equals one process on the concatenated batch. Runs 2 forked ranks."""
     if (unready := not_ready(fn, "average_gradients", "(model) -> None")) is not None:
         return unready
-    from helpers.distributed import launch
+    from helpers.launcher import launch
 
     try:
         results = launch([_average_rank], 2, start_method="fork", kwargs={"_average_rank": {"average": fn}})
     except Exception as exc:  # noqa: BLE001 - a rank may die or hang on a wrong collective
-        from helpers.distributed import describe_error
+        from helpers.launcher import describe_error
 
         return verdict(False, "", f"the ranks failed: {describe_error(exc)}")
     rows = [results[r]["_average_rank"] for r in sorted(results)]
