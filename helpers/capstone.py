@@ -193,6 +193,7 @@ class Config:
     seed: int = 0
     wait: float = 0.0015
     passes: int = 12
+    start_method: str | None = None  # the workers' multiprocessing_context; None: the platform default
 
     def __post_init__(self) -> None:
         positive_int("num_workers", self.num_workers, minimum=0)
@@ -211,6 +212,8 @@ class Config:
         if self.persistent_workers and not self.num_workers:
             raise ValueError("persistent_workers=True needs num_workers > 0 (DataLoader raises otherwise)")
         non_negative("wait", self.wait)
+        if self.start_method not in (None, "fork", "spawn", "forkserver"):
+            raise ValueError(f"start_method must be None, 'fork', 'spawn' or 'forkserver', got {self.start_method!r}")
 
     @property
     def epochs(self) -> int:
@@ -260,6 +263,7 @@ def _loader(config: Config, dataset: Dataset) -> DataLoader:
     kwargs["generator"] = torch.Generator().manual_seed(config.seed)
     if config.num_workers:
         kwargs.update(num_workers=config.num_workers, persistent_workers=config.persistent_workers)
+        kwargs["multiprocessing_context"] = config.start_method
         if config.reseed:
             kwargs["worker_init_fn"] = reseed_augment
     return DataLoader(dataset, **kwargs)
@@ -347,7 +351,7 @@ def train(config: Config = ORIGINAL, progress: Callable[[int], None] | None = No
     )
 
 
-def steps_plan(cores: int | None = None) -> list[tuple[str, Config]]:
+def steps_plan(cores: int | None = None, start_method: str | None = None) -> list[tuple[str, Config]]:
     """The fixes in the order the measurements suggest, each a change to the previous version.
 
     Workers first (the data wait dominates), then keep them (start-up per epoch), bigger batches with
@@ -355,16 +359,17 @@ def steps_plan(cores: int | None = None) -> list[tuple[str, Config]]:
     often, reseed the stored generator (a correctness fix: distinct augmentations), and last more
     workers than cores (the workers wait on I/O for part of each sample, so one worker per core leaves
     the cores partly idle). The main process runs at 1 thread throughout (`Config.main_threads`).
+    `start_method` is the workers' start method in every version (None: the platform default).
     """
     cores = usable_cores() if cores is None else positive_int("cores", cores)
-    plan = [("original", ORIGINAL)]
+    plan = [("original", replace(ORIGINAL, start_method=start_method))]
     changes: list[tuple[str, dict[str, Any]]] = [
-        (f"num_workers={cores}", {"num_workers": cores}),
+        ("num_workers=cores", {"num_workers": cores}),
         ("persistent_workers=True", {"persistent_workers": True}),
         ("batch 32, lr x4", {"batch_size": 32, "lr": ORIGINAL.lr * 4}),
         ("log every 50 steps", {"log_every": 50}),
         ("reseed in worker_init_fn", {"reseed": True}),
-        (f"num_workers={2 * cores}", {"num_workers": 2 * cores}),
+        ("num_workers=2 x cores", {"num_workers": 2 * cores}),
     ]
     for label, change in changes:
         plan.append((label, replace(plan[-1][1], **change)))
@@ -479,8 +484,9 @@ def ddp_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str, An
 
 def train_ddp(config: Config, world_size: int | None = None, timeout: float = 60.0) -> dict[str, float]:
     """The job on `world_size` DDP ranks (default: the usable cores) at 1 thread each, launched with the
-    course's launcher. Returns the samples/s in steady state, the launch's wall time (start-up
-    included), the samples seen by all ranks and rank 0's accuracy."""
+    course's launcher under `config.start_method` (None: the platform default). Returns the samples/s
+    in steady state, the launch's wall time (start-up included), the samples seen by all ranks and rank
+    0's accuracy."""
     from helpers.launcher import launch
 
     world_size = usable_cores() if world_size is None else positive_int("world_size", world_size)
@@ -488,7 +494,8 @@ def train_ddp(config: Config, world_size: int | None = None, timeout: float = 60
         raise ValueError(f"batch_size ({config.batch_size}) must split evenly over {world_size} ranks")
     single = replace(config, num_workers=0, persistent_workers=False, reseed=False)
     start = time.perf_counter()
-    results = launch([ddp_rank], world_size, timeout=timeout, kwargs={"ddp_rank": {"config": asdict(single)}})
+    kwargs = {"ddp_rank": {"config": asdict(single)}}
+    results = launch([ddp_rank], world_size, timeout=timeout, start_method=config.start_method, kwargs=kwargs)
     wall = time.perf_counter() - start
     runs = [results[r]["ddp_rank"] for r in range(world_size)]
     seconds = max(r["seconds"] for r in runs)

@@ -9,7 +9,7 @@ from helpers import capstone
 from helpers.checks import capstone as checks
 
 RUNS = 20
-SMALL = {"samples": 256, "n": 256}  # four batches of the second job
+SMALL = {"samples": 128, "n": 128}  # two batches of 64 of the second job
 
 
 def _fast(x, y):
@@ -22,8 +22,8 @@ def _half_the_batch(x, y):
 
 
 def _skip_in_training(x, y):
-    """Right on the checker's probe batch (32 rows), but drops half of every training batch (16 rows)."""
-    return _fast(x, y) if len(x) != 16 else _fast(x[:8], y[:8])
+    """Right on the checker's probe batch (32 rows), but drops half of every training batch (64 rows)."""
+    return _fast(x, y) if len(x) != 64 else _fast(x[:32], y[:32])
 
 
 def _same_work(x, y):
