@@ -5,9 +5,11 @@ cause at a time and re-measure.
 The job: `SlowDataset` is map-style; every sample waits (an I/O-like read), then decodes its record in
 pure Python (a checksum pass that holds the GIL), then draws a random augmentation from a generator
 stored on the dataset in `__init__`. `train(ORIGINAL)` runs it the way a first draft often does:
-`num_workers=0`, the main process at all of torch's threads, batches of 8, a loss `.item()` and a log
-line every step, a loader re-created each epoch, and no per-worker reseeding of the stored generator
-(DataLoader workers reseed torch, `random` and NumPy's global generator, not one stored on the dataset).
+`num_workers=0`, batches of 8, a loss `.item()` and a log line every step, a loader re-created each
+epoch, and no per-worker reseeding of the stored generator (DataLoader workers reseed torch, `random`
+and NumPy's global generator, not one stored on the dataset). Its main process runs at 1 thread: at
+torch's default (one per core) this small step pays for synchronising threads, which on a busy machine
+costs far more than the step (`step_seconds` measures it), so the notebook measures that on its own.
 
 The exercise's job (`SecondJob`, `train_second`) is slow for another reason: a pure-Python per-row
 standardisation in the main process, which DataLoader workers cannot take over.
@@ -175,7 +177,7 @@ def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 
 @dataclass(frozen=True)
 class Config:
-    """One version of the job. The defaults are the original's mistakes; each fix changes one field.
+    """One version of the job. The defaults are the original job; each fix changes one field.
 
     `main_threads=0` means torch's default (all usable cores). `samples` is the budget: every version
     trains on the same number of samples (`samples // n` epochs over an `n`-sample dataset).
