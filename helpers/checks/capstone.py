@@ -1,0 +1,114 @@
+"""Checkers for notebook 08 (the capstone)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from helpers.checks.core import Verdict, verdict
+
+__all__ = ["batch_lr", "second_job", "SPEEDUP"]
+
+SPEEDUP = 3.0  # the exercise's required speed-up of the main process's CPU time
+
+
+def batch_lr(lr: Any, samples: int = 1024) -> Verdict:
+    """Exercise: the learning rate for batches of 32 (the original: 8 at `ORIGINAL.lr`) that keeps the
+    target accuracy on the same budget of samples. Trained in this process (no workers, no waits:
+    deterministic for a given seed), so the verdict is the same on every machine."""
+    from helpers import capstone
+
+    if lr is None:
+        return verdict(False, "", "set my_lr, then run this cell again.")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        return verdict(False, "", f"a learning rate is a positive number, got {lr!r}.")
+    config = replace(capstone.ORIGINAL, batch_size=32, lr=float(lr), wait=0.0, passes=1, samples=samples)
+    run = capstone.train(config)
+    steps = samples // 32
+    if run.accuracy < capstone.TARGET_ACCURACY:
+        small = lr <= capstone.ORIGINAL.lr * 2
+        why = (
+            f"with batches 4x larger the job takes 4x fewer steps ({steps}); each step must move further"
+            if small
+            else "a step that large overshoots"
+        )
+        return verdict(
+            False, "", f"lr={lr:g} reaches {run.accuracy:.1f}% (target {capstone.TARGET_ACCURACY:g}%): {why}."
+        )
+    return verdict(
+        True,
+        f"lr={lr:g} reaches {run.accuracy:.1f}% in {steps} steps of 32 (target {capstone.TARGET_ACCURACY:g}%). "
+        "Scaling the learning rate with the batch (x4 here) is the usual first guess.",
+        "",
+    )
+
+
+def _probe_matches(job: Any) -> str | None:
+    """None when the job's prepare gives the original's rows and labels on a probe batch, else why not."""
+    import torch
+
+    from helpers import capstone
+
+    data = capstone.RawDataset(n=32, seed=5)
+    want_x, want_y = capstone.slow_prepare(data.x, data.y)
+    try:
+        got_x, got_y = job.prepare(data.x.clone(), data.y.clone())
+    except Exception as exc:  # noqa: BLE001 - the learner's function may raise anything
+        from helpers.errors import short_error
+
+        return f"prepare raised {short_error(exc, line='last')}"
+    if not isinstance(got_x, torch.Tensor) or tuple(got_x.shape) != tuple(want_x.shape):
+        shape = tuple(got_x.shape) if isinstance(got_x, torch.Tensor) else type(got_x).__name__
+        return f"prepare must return the rows the original gives, shape {tuple(want_x.shape)}; got {shape}"
+    if not torch.equal(torch.as_tensor(got_y), want_y):
+        return "prepare changed the labels"
+    if not torch.allclose(got_x.float(), want_x, atol=1e-4):
+        return "prepare's rows differ from the original's: average the readings, then standardise each row"
+    return None
+
+
+def second_job(job: Any, samples: int = 2048, n: int = 1024, repeats: int = 2) -> Verdict:
+    """Exercise: make the second job at least `SPEEDUP` times faster with the same work and accuracy.
+
+    The learner's `capstone.SecondJob` is run against the original on the same `samples`; the speed-up
+    is measured on the main process's CPU time (the job's bottleneck is there, and another program on the
+    machine moves CPU time far less than wall time), best of `repeats` each, interleaved. It fails when
+    fewer samples reached the model, when the prepared rows differ from the original's on a probe batch,
+    or when the accuracy drops by more than 2 points."""
+    from helpers import capstone
+
+    if job is None:
+        return verdict(False, "", "set my_second_job to a capstone.SecondJob, then run this cell again.")
+    if not isinstance(job, capstone.SecondJob):
+        return verdict(False, "", f"my_second_job must be a capstone.SecondJob, got {type(job).__name__}.")
+    if job.prepare is capstone.slow_prepare:
+        changed = f"only num_workers={job.num_workers}" if job.num_workers else "nothing yet"
+        return verdict(
+            False, "", f"you changed {changed}; no speed-up is possible while the main process runs slow_prepare."
+        )
+    if (why := _probe_matches(job)) is not None:
+        return verdict(False, "", f"{why}.")
+    mine = [capstone.train_second(job, samples=samples, n=n)]
+    if mine[0].samples != samples:
+        return verdict(False, "", f"only {mine[0].samples} of {samples} samples reached the model.")
+    base = [capstone.train_second(capstone.SecondJob(), samples=samples, n=n)]
+    for _ in range(repeats - 1):
+        mine.append(capstone.train_second(job, samples=samples, n=n))
+        base.append(capstone.train_second(capstone.SecondJob(), samples=samples, n=n))
+    accuracy, reference = mine[0].accuracy, base[0].accuracy
+    if accuracy < reference - 2.0:
+        return verdict(False, "", f"accuracy {accuracy:.1f}% against the original's {reference:.1f}%.")
+    ratio = min(r.cpu for r in base) / min(r.cpu for r in mine)
+    if ratio < SPEEDUP:
+        hint = (
+            "workers read the samples, but the slow part runs in the main process, on every batch"
+            if job.num_workers
+            else "time the loop's parts: which one takes most of each step?"
+        )
+        return verdict(False, "", f"{ratio:.1f}x faster, {SPEEDUP:g}x needed: {hint}.")
+    return verdict(
+        True,
+        f"at least {SPEEDUP:g}x less main-process CPU per sample, the same {samples} samples and rows, "
+        f"accuracy {accuracy:.1f}% (original {reference:.1f}%).",
+        "",
+    )

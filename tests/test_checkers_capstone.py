@@ -1,0 +1,85 @@
+"""The checkers of notebook 08 cannot be fooled: the unedited placeholder and the typical wrong answers
+get "Not yet" 20 times out of 20, the solution "Correct" 20 times out of 20. Tiny sizes keep this fast;
+the second job's verdict comes from CPU time, which another program on the machine barely moves."""
+
+import pytest
+import torch
+
+from helpers import capstone
+from helpers.checks import capstone as checks
+
+RUNS = 20
+SMALL = {"samples": 128, "n": 128}  # two batches of 64 of the second job
+SOLUTION = {"samples": 256, "n": 256}  # enough steps that per-run noise stays far below the 3x margin
+
+
+def _fast(x, y):
+    x = x.view(len(x), capstone.READINGS, capstone.FEATURES).mean(1)
+    return (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True), y
+
+
+def _half_the_batch(x, y):
+    return _fast(x[::2], y[::2])
+
+
+def _skip_in_training(x, y):
+    """Right on the checker's probe batch (32 rows), but drops half of every training batch (64 rows)."""
+    return _fast(x, y) if len(x) != 64 else _fast(x[:32], y[:32])
+
+
+def _same_work(x, y):
+    return capstone.slow_prepare(x, y)
+
+
+def _no_standardising(x, y):
+    return x.view(len(x), capstone.READINGS, capstone.FEATURES).mean(1), y
+
+
+def _verdicts(check, answer, **kwargs):
+    return [check(answer, **kwargs) for _ in range(RUNS)]
+
+
+def _assert_all(verdicts, ok, words):
+    for result in verdicts:
+        assert bool(result) is ok, repr(result)
+        assert repr(result).startswith("Correct" if ok else "Not yet") and words in repr(result), repr(result)
+
+
+@pytest.mark.parametrize(
+    "lr, ok, words",
+    [(None, False, "set my_lr"), (capstone.ORIGINAL.lr, False, "fewer steps"), (5.0, False, "overshoots"),
+     (capstone.ORIGINAL.lr * 4, True, "reaches")],
+)
+def test_batch_lr_checker(lr, ok, words):
+    _assert_all(_verdicts(checks.batch_lr, lr), ok, words)
+
+
+def test_batch_lr_checker_refuses_a_non_number():
+    assert not checks.batch_lr("0.04") and "positive number" in repr(checks.batch_lr("0.04"))
+
+
+@pytest.mark.parametrize(
+    "job, ok, words",
+    [
+        (None, False, "set my_second_job"),
+        (capstone.SecondJob(), False, "nothing yet"),  # the unedited placeholder: the original job
+        (capstone.SecondJob(num_workers=2), False, "only num_workers=2"),  # only adding workers
+        (capstone.SecondJob(prepare=_same_work), False, "needed"),  # measured: the same work, renamed
+        (capstone.SecondJob(prepare=_half_the_batch), False, "rows"),
+        (capstone.SecondJob(prepare=_skip_in_training), False, "samples reached"),
+        (capstone.SecondJob(prepare=_no_standardising), False, "differ"),
+        (capstone.SecondJob(prepare=_fast), True, "3x"),
+    ],
+)
+def test_second_job_checker(job, ok, words):
+    sizes = SOLUTION if ok else SMALL
+    _assert_all(_verdicts(checks.second_job, job, **sizes), ok, words)
+
+
+def test_second_job_checker_refuses_other_types():
+    assert "capstone.SecondJob" in repr(checks.second_job(_fast))
+
+
+def test_the_solution_prepares_the_same_rows():
+    data = capstone.RawDataset(n=8)
+    assert torch.allclose(_fast(data.x, data.y)[0], capstone.slow_prepare(data.x, data.y)[0], atol=1e-4)
