@@ -28,7 +28,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from helpers import ddp_practice, orientation
+from helpers import capstone, ddp_practice, orientation
 from helpers.environment import default_start_method, usable_cores
 from helpers.errors import short_error
 from helpers.timing import measure_load, read_ratio
@@ -425,6 +425,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "ring_allreduce": ring_allreduce,
     "no_sync_saving": ddp_practice.no_sync_saving,
     "restart_overhead": ddp_practice.restart_overhead,
+    "capstone_speedup": capstone.capstone_speedup,
 }
 
 

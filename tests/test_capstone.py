@@ -41,16 +41,27 @@ def test_steps_plan_changes_one_thing_at_a_time():
     assert plan[0] == ("original", capstone.ORIGINAL)
     for (_, before), (_, after) in zip(plan, plan[1:], strict=False):
         changed = {k for k in vars(before) if getattr(before, k) != getattr(after, k)}
-        assert 1 <= len(changed) <= 2 and changed <= {"num_workers", "persistent_workers", "batch_size", "lr",
-                                                      "log_every", "reseed"}
+        assert 1 <= len(changed) <= 2 and changed <= {
+            "num_workers",
+            "persistent_workers",
+            "batch_size",
+            "lr",
+            "log_every",
+            "reseed",
+        }
     assert plan[-1][1].num_workers == 4 and plan[-1][1].batch_size == 32
 
 
 @pytest.mark.parametrize(
     "kwargs, error, word",
-    [({"batch_size": 0}, ValueError, "batch_size"), ({"num_workers": -1}, ValueError, "num_workers"),
-     ({"lr": 0}, ValueError, "lr"), ({"persistent_workers": True}, ValueError, "persistent_workers"),
-     ({"samples": 100}, ValueError, "samples"), ({"batch_size": 2.0}, TypeError, "batch_size")],
+    [
+        ({"batch_size": 0}, ValueError, "batch_size"),
+        ({"num_workers": -1}, ValueError, "num_workers"),
+        ({"lr": 0}, ValueError, "lr"),
+        ({"persistent_workers": True}, ValueError, "persistent_workers"),
+        ({"samples": 100}, ValueError, "samples"),
+        ({"batch_size": 2.0}, TypeError, "batch_size"),
+    ],
 )
 def test_config_refuses_bad_values(kwargs, error, word):
     with pytest.raises(error, match=word):

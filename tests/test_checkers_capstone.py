@@ -47,8 +47,12 @@ def _assert_all(verdicts, ok, words):
 
 @pytest.mark.parametrize(
     "lr, ok, words",
-    [(None, False, "set my_lr"), (capstone.ORIGINAL.lr, False, "fewer steps"), (5.0, False, "overshoots"),
-     (capstone.ORIGINAL.lr * 4, True, "reaches")],
+    [
+        (None, False, "set my_lr"),
+        (capstone.ORIGINAL.lr, False, "fewer steps"),
+        (5.0, False, "overshoots"),
+        (capstone.ORIGINAL.lr * 4, True, "reaches"),
+    ],
 )
 def test_batch_lr_checker(lr, ok, words):
     _assert_all(_verdicts(checks.batch_lr, lr), ok, words)

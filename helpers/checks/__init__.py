@@ -11,6 +11,7 @@ Each chapter's checkers live in their own module here and are re-exported, so a 
 `checks.name(...)`. Add a chapter by writing `helpers/checks/<chapter>.py` and importing it below.
 """
 
+from helpers.checks.capstone import batch_lr, second_job
 from helpers.checks.core import Verdict, verdict
 from helpers.checks.ddp_practice import no_sync_accumulation, resume_from_snapshot
 from helpers.checks.distributed import average_gradients, sampler_epochs
@@ -43,4 +44,6 @@ __all__ = [
     "safe_get",
     "no_sync_accumulation",
     "resume_from_snapshot",
+    "batch_lr",
+    "second_job",
 ]
