@@ -9,6 +9,7 @@ The suite's conftest checks that nothing is left running and nothing new is left
 from __future__ import annotations
 
 import functools
+import multiprocessing as mp
 import shutil
 import subprocess
 import sys
@@ -110,6 +111,13 @@ def test_join_before_drain() -> None:
     assert done.returncode == 124
     assert_cause(done, "join before drain", "06_deadlocks_and_pitfalls, section 4")
     assert "Queue._feed" in report(done) and "BaseProcess.join" in report(done)
+
+
+@pytest.mark.skipif("forkserver" not in mp.get_all_start_methods(), reason="no forkserver here")
+def test_join_before_drain_under_forkserver() -> None:
+    """Under forkserver the producer is the server's child, not the joining process's."""
+    done = diagnose("join_before_drain.py", "forkserver", timeout=4.0)
+    assert_cause(done, "join before drain", "06_deadlocks_and_pitfalls, section 4")
 
 
 def test_dead_producer() -> None:

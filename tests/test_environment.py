@@ -56,15 +56,19 @@ def test_format_report_rejects_non_dicts():
         environment.format_report([("a", 1)])
 
 
-def test_remove_mp_temp_dir_removes_the_folder_and_it_comes_back(monkeypatch):
+def test_remove_mp_temp_dir_removes_the_folder_and_it_comes_back():
+    """No monkeypatching of multiprocessing's own state here: restoring an old `_config` afterwards would
+    point this process at a folder the test removed, and every later fd-passing send (a DataLoader
+    worker's batch) would then fail in a feeder thread and hang its receiver."""
     from multiprocessing import util
 
-    monkeypatch.setattr(mp.current_process(), "_config", {**mp.current_process()._config, "tempdir": None})
+    assert environment.remove_mp_temp_dir() is True  # whatever an earlier test left
     folder = util.get_temp_dir()
     assert os.path.isdir(folder)
     assert environment.remove_mp_temp_dir() is True
     assert not os.path.exists(folder) and mp.current_process()._config.get("tempdir") is None
     assert environment.remove_mp_temp_dir() is True  # nothing left to remove
+    assert os.path.isdir(util.get_temp_dir())  # made again on next need
 
 
 def test_remove_mp_temp_dir_stops_the_resource_sharer_and_sending_still_works(tmp_path, monkeypatch):

@@ -5,7 +5,9 @@ A verdict is returned, not printed: nbval runs cells without storing history, so
 trailing `;` there, and a checker that printed *and* returned a value would show two outputs.
 
 A checker must give the same verdict on every machine for the same answer: it tests the answer on fixed
-cases or by running it under the watchdog, never by timing it.
+cases or by running it under the watchdog, never by wall-clock time. The one checker that must judge
+speed (the capstone's second job) compares the main process's CPU time, which other programs on the
+machine do not inflate, and requires a factor far above its noise.
 
 Each chapter's checkers live in their own module here and are re-exported, so a notebook writes
 `checks.name(...)`. Add a chapter by writing `helpers/checks/<chapter>.py` and importing it below.

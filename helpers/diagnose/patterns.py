@@ -56,7 +56,12 @@ class Facts:
         self.by_pid = {p.pid: p for p in self.procs}
 
     def children(self, pid: int) -> list[Proc]:
-        return [p for p in self.procs if p.ppid == pid]
+        """The processes `pid` started: its own children, and those its forkserver forked for it (under
+        forkserver, Linux's default from Python 3.14, a `Process` is a child of the server, not of the
+        process that started it)."""
+        direct = [p for p in self.procs if p.ppid == pid]
+        servers = {p.pid for p in direct if p.role == "forkserver"}
+        return [p for p in direct if p.pid not in servers] + [p for p in self.procs if p.ppid in servers]
 
 
 def _frames(proc: Proc, *names: str, file: str = "") -> list[Frame]:

@@ -1,6 +1,7 @@
 """Join before drain (06, section 4): the producer cannot exit until its 8 MB item has left the pipe."""
 
 import multiprocessing as mp
+import sys
 
 
 def produce(queue) -> None:
@@ -8,7 +9,7 @@ def produce(queue) -> None:
 
 
 if __name__ == "__main__":
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context(sys.argv[1] if len(sys.argv) > 1 else "fork")  # forkserver: Linux on 3.14
     queue = ctx.Queue()
     producer = ctx.Process(target=produce, args=(queue,))
     producer.start()
