@@ -40,6 +40,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from helpers.environment import default_start_method, usable_cores
+from helpers.errors import captured_stderr
 from helpers.validate import non_negative, positive_int
 
 __all__ = [
@@ -408,7 +409,8 @@ def profile_step(config: Config = ORIGINAL, rows: int = 8) -> str:
     dataset = config.dataset()
     model = make_model(config.seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
-    with _threads(config.main_threads), profile(activities=[ProfilerActivity.CPU]) as prof:
+    # the profiler's C++ side logs its start and stop to fd 2 with a timestamp: keep it out of the notebook
+    with captured_stderr(), _threads(config.main_threads), profile(activities=[ProfilerActivity.CPU]) as prof:
         with record_function("load one batch (num_workers=0)"):
             items = [dataset[i] for i in range(config.batch_size)]
             x = torch.stack([item[0] for item in items])

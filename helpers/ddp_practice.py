@@ -31,14 +31,13 @@ import torch
 from helpers import launcher as _launcher
 from helpers.distributed import make_model
 from helpers.environment import default_start_method
-from helpers.errors import clean, error_line, short_error
+from helpers.errors import captured_stderr, clean, error_line, short_error
 from helpers.validate import positive_int
 
 __all__ = [
     "SCRIPT",
     "HEAVY",
     "launch",
-    "captured_stderr",
     "micro_batches",
     "accumulated_gradient",
     "count_syncs",
@@ -105,31 +104,6 @@ def launch(demos: Sequence[Any], world_size: int = 2, **options: Any) -> dict[in
 
 
 # --------------------------------------------------------------------------------------------- output
-_LOG_PREFIX = re.compile(r"^(?:\[rank\d+\]:)?\[[A-Z]\d{4} [\d:.]+ [^\]]*\]\s*")
-
-
-@contextlib.contextmanager
-def captured_stderr() -> Iterator[list[str]]:
-    """Send this process's file descriptor 2 to a temporary file for the block; afterwards the list holds
-    its lines, cleaned, without the C++ log prefix (time, thread, file). The DDP reducer and gloo write
-    warnings straight to fd 2, bypassing Python; in a rank under Jupyter that output would land in the
-    notebook on one run and not on another, so ranks return it instead."""
-    lines: list[str] = []
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as f:
-        os.dup2(f.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            f.seek(0)
-            text = f.read().decode(errors="replace")
-            lines.extend(clean(_LOG_PREFIX.sub("", line)).strip() for line in text.splitlines() if line.strip())
-
-
 # ------------------------------------------------------------------------- 1. gradient accumulation
 def micro_batches(k: int, size: int, rank: int = 0, seed: int = 7) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`k` regression micro-batches of `size` samples for `rank` (the same on every call)."""

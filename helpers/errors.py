@@ -8,9 +8,14 @@ error in a paragraph, so "the first line" needs a definition; it lives here, onc
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
+import tempfile
+from collections.abc import Iterator
 
-__all__ = ["clean", "error_line", "short_error"]
+__all__ = ["clean", "error_line", "short_error", "captured_stderr"]
 
 # An absolute path of at least two parts: keep only its last part, which is what a reader needs.
 _PATH = re.compile(r"(?<![\w.])(?:/[\w.@+~-]+){2,}/?")
@@ -92,3 +97,28 @@ def short_error(exc: BaseException, line: str = "first") -> str:
     if line == "last" and _ERROR_START.match(message):  # a wrapped traceback's last line names its error
         return clean(message)
     return clean(f"{name}: {message}")
+
+
+_LOG_PREFIX = re.compile(r"^(?:\[rank\d+\]:)?\[[A-Z]\d{4} [\d:.]+ [^\]]*\]\s*")
+
+
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[list[str]]:
+    """Send this process's file descriptor 2 to a temporary file for the block; afterwards the list holds
+    its lines, cleaned, without the C++ log prefix (time, thread, file). The DDP reducer and gloo write
+    warnings straight to fd 2, bypassing Python; in a rank under Jupyter that output would land in the
+    notebook on one run and not on another, so ranks return it instead."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            text = f.read().decode(errors="replace")
+            lines.extend(clean(_LOG_PREFIX.sub("", line)).strip() for line in text.splitlines() if line.strip())

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from helpers import ddp_practice as dp
+from helpers import errors
 
 needs_fork = pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="fast launches need fork")
 
@@ -85,7 +86,7 @@ Root Cause (first observed failure):
 
 
 def test_captured_stderr_takes_fd_2_and_drops_the_log_prefix():
-    with dp.captured_stderr() as lines:
+    with errors.captured_stderr() as lines:
         os.write(2, b"[rank0]:[W1201 08:36:33.442817839 reducer.cpp:1529] Warning: something\n")
     assert lines == ["Warning: something"]
 
