@@ -573,7 +573,7 @@ def check_root(euid: int | None = os.geteuid() if hasattr(os, "geteuid") else No
             "WARN",
             "user",
             "running as root: JupyterLab refuses to start without --allow-root",
-            "use make lab LAB_ARGS=--allow-root (in a container), or run as an ordinary user",
+            "make lab adds --allow-root by itself as root; to start JupyterLab by hand, add --allow-root",
         )
     return Result("PASS", "user", "not root")
 
