@@ -840,8 +840,10 @@ _ROOT = re.compile(r"Root Cause \(first observed failure\):(.*?)(?:\n=+|\Z)", re
 
 
 def root_cause(summary: str) -> str:
-    """torchrun's failure summary reduced to what is stable: the failing rank, its exit code or signal, and
-    the last line of its traceback (from the error file `@record` writes); times, hosts, pids, paths go."""
+    """torchrun's failure summary reduced to what is stable: the failing rank and the last line of its
+    traceback (from the error file `@record` writes), or its exit code or signal when there is no
+    traceback; times, hosts, pids, paths go. With a traceback the exit code is left out: the agent may
+    have ended the failing rank with SIGTERM (-15) before it exited by itself (1), whichever came first."""
     if not isinstance(summary, str):
         raise TypeError(f"summary must be a str, got {type(summary).__name__}")
     match = _ROOT.search(summary)
@@ -850,14 +852,16 @@ def root_cause(summary: str) -> str:
     block = match.group(1)
     rank = re.search(r"rank\s*:\s*(\d+)", block)
     code = re.search(r"exitcode\s*:\s*(-?\d+)", block)
-    parts = [f"rank {rank.group(1)}" if rank else "rank ?", f"exit code {code.group(1)}" if code else ""]
     trace = block.split("traceback", 1)[1] if "traceback" in block else ""
     error = error_line(trace)
+    signal_name = re.search(r"Signal (\d+) \((SIG\w+)\)", block)
+    parts = [f"rank {rank.group(1)}" if rank else "rank ?"]
+    if code and (signal_name or not error):  # the exit code of a rank that raised races (see above)
+        parts.append(f"exit code {code.group(1)}")
     if error:
         parts.append(error)
     elif "To enable traceback" in trace:
         parts.append("no traceback (the script does not use @record)")
-    signal_name = re.search(r"Signal (\d+) \((SIG\w+)\)", block)
     if signal_name:
         parts.append(f"killed by {signal_name.group(2)}")
     return ", ".join(p for p in parts if p)

@@ -45,7 +45,12 @@ class Pass:
 def default_passes() -> list[Pass]:
     import multiprocessing as mp
 
-    passes = [Pass("default start method: unit tests, hygiene, lint, notebooks", ["-m", "pytest", "--nbval"])]
+    passes = [
+        # Each test file in a process of its own: a test that leaves multiprocessing's or torch's
+        # process-wide state changed (seen: every later DataLoader batch lost) cannot break another file.
+        Pass("unit tests, hygiene, lint (one process per file)", [str(Path(__file__)), "--unit-files"]),
+        Pass("notebooks, the default start method", ["-m", "pytest", "--nbval", "notebooks"]),
+    ]
     methods = mp.get_all_start_methods()
     if "spawn" in methods:
         # The learner edition (`make student`: solutions replaced by a note) with its stored outputs, strictly:
@@ -99,11 +104,22 @@ def _env_for(p: Pass, tmpdir: str) -> dict[str, str]:
 
 
 def _counts(log: str) -> dict[str, int]:
-    matches = SUMMARY.findall(log)
-    if not matches:
-        return {}
-    body = matches[-1][0]
-    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed)", body)}
+    """The counts of every pytest summary line in `log`, added up (a pass may run several sessions)."""
+    total: dict[str, int] = {}
+    for body, _ in SUMMARY.findall(log):
+        for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed)", body):
+            total[word] = total.get(word, 0) + int(n)
+    return total
+
+
+def run_unit_files(extra: list[str]) -> int:
+    """Run each tests/test_*.py in a pytest process of its own, one after another; 1 if any failed."""
+    worst = 0
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        done = subprocess.run([sys.executable, "-m", "pytest", str(path.relative_to(ROOT)), *extra], cwd=ROOT)
+        if done.returncode not in (0, 5):  # 5: no test collected
+            worst = 1
+    return worst
 
 
 def run(passes: list[Pass], prefix: list[str] | None, extra: list[str]) -> int:
@@ -188,8 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--under-load", action="store_true", help="run the notebooks with a busy loop per core")
     parser.add_argument("--serial", action="store_true", help="run the passes one after another")
+    parser.add_argument("--unit-files", action="store_true", help=argparse.SUPPRESS)  # the unit-test pass
     parser.add_argument("pytest_args", nargs="*", help="extra arguments for every pytest run")
     args = parser.parse_args(argv)
+    if args.unit_files:
+        return run_unit_files(args.pytest_args)
     if args.under_load:
         sys.path.insert(0, str(ROOT))
         from helpers.environment import usable_cores

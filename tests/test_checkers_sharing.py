@@ -114,12 +114,12 @@ def test_exact_counter_accepts_the_value_as_its_own_lock():
     assert checks.exact_counter(increment_with_the_value_itself)
 
 
-def test_the_race_itself_loses_updates_every_time():
-    # The checker's second half must catch what its stand-in counter might not: the unlocked increment,
-    # 4 x 50,000 started on a barrier, loses updates in every run.
-    for i in range(TIMES):
-        total = sharing.count_with_function(increment_placeholder, workers=4, times=50_000)
-        assert total < 200_000, f"run {i + 1}: no update lost"
+def test_the_race_itself_loses_updates_in_nearly_every_run():
+    # The checker's verdict does not rest on the race (its stand-in counter decides the placeholder and
+    # the two-acquisition mistake every time); the race is what the exercise shows, so it must be real:
+    # the unlocked increment, 4 x 50,000 started on a barrier, loses updates in nearly every run.
+    lost = [sharing.count_with_function(increment_placeholder, workers=4, times=50_000) < 200_000 for _ in range(TIMES)]
+    assert sum(lost) >= TIMES - 2, f"updates lost in only {sum(lost)} of {TIMES} runs"
 
 
 def test_exact_counter_reports_a_raising_answer():
