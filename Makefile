@@ -46,7 +46,7 @@ check:
 student: $(STAMP)
 	$(BIN)/python -m helpers.student
 
-# Unit tests, hygiene and lint plus every notebook under the platform's default start method, the
+# Unit tests, hygiene and lint (one process per test file), every notebook under the platform's default start method, the
 # learner edition with spawn as the default (macOS, Windows), and the notebooks with forkserver as the
 # default (Linux from Python 3.14): side by side where each pass can get a /dev/shm of its own, else one
 # after another (tests/passes.py).

@@ -71,20 +71,30 @@ def test_remove_mp_temp_dir_removes_the_folder_and_it_comes_back():
     assert os.path.isdir(util.get_temp_dir())  # made again on next need
 
 
-def test_remove_mp_temp_dir_stops_the_resource_sharer_and_sending_still_works(tmp_path, monkeypatch):
+def test_remove_mp_temp_dir_stops_the_resource_sharer_and_sending_still_works(monkeypatch):
     """The first tensor sent under file_descriptor starts the resource sharer, whose socket lives in a
     pymp-* folder; after removing it, the next send starts a new one."""
+    import shutil
     import tempfile
+    from pathlib import Path
 
     from helpers import sharing
 
+    # A short folder, not tmp_path: the sharer's socket path (folder/pymp-*/listener-*) must fit AF_UNIX's
+    # 108 characters, which pytest's long tmp_path names under a long TMPDIR exceed.
+    tmp_path = Path(tempfile.mkdtemp(prefix="rs-"))
+
     environment.remove_mp_temp_dir()  # an earlier test's folder, elsewhere
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    assert sharing.crossing("tensor")["parent sees the child's write"]
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("pymp-")], "sending a tensor made no pymp folder"
-    assert environment.remove_mp_temp_dir() is True and not list(tmp_path.iterdir())
-    assert sharing.crossing("tensor")["parent sees the child's write"]  # the sharer starts again
-    assert environment.remove_mp_temp_dir() is True and not list(tmp_path.iterdir())
+    try:
+        assert sharing.crossing("tensor")["parent sees the child's write"]
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith("pymp-")], "sending made no pymp folder"
+        assert environment.remove_mp_temp_dir() is True and not list(tmp_path.iterdir())
+        assert sharing.crossing("tensor")["parent sees the child's write"]  # the sharer starts again
+        assert environment.remove_mp_temp_dir() is True and not list(tmp_path.iterdir())
+    finally:
+        environment.remove_mp_temp_dir()  # never leave this process pointed at a folder about to go
+        shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 _OPTIMIZER_IN_TMP = """

@@ -155,8 +155,8 @@ def test_epoch_start_costs_show_new_and_persistent_workers():
 
 @pytest.mark.skipif(not HAS_FORK, reason="copy-on-read is a fork effect")
 def test_worker_memory_list_grows_array_does_not():
-    as_list = loading.worker_memory("list", size=500_000, num_workers=1)
-    as_array = loading.worker_memory("array", size=500_000, num_workers=1)
+    as_list = loading.worker_memory("list", size=2_000_000, num_workers=1)
+    as_array = loading.worker_memory("array", size=2_000_000, num_workers=1)
     assert as_list["worker 0"] > 0.5 * as_list["the data (parent)"]
     assert as_array["worker 0"] < 0.05 * as_array["the data (parent)"]
 
