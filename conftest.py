@@ -98,10 +98,20 @@ with contextlib.suppress(ImportError):
     RunningKernel.stop = _stop_kernel_as_jupyterlab_does
 
 
+def _own_mp_temp_dir() -> str:
+    """The test process's own `pymp-*` folder, made now if it has none. multiprocessing removes it when
+    this process exits, after the check below; forked children reuse it instead of making (and, when
+    killed, leaving) folders of their own, as they would in a kernel that has one."""
+    from multiprocessing import util
+
+    return os.path.basename(util.get_temp_dir())
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     _become_subreaper()
     session.config._shm_before = _shm_files()  # type: ignore[attr-defined]
     session.config._shm_made_by = {}  # type: ignore[attr-defined]
+    _own_mp_temp_dir()
     session.config._tmp_before = _tmp_entries()  # type: ignore[attr-defined]
     session.config._tmp_made_by = {}  # type: ignore[attr-defined]
 
@@ -112,6 +122,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     that a leak found at the end of the session names its likely origin instead of just a random name."""
     before, tmp_before = _shm_files(), _tmp_entries()
     yield
+    _own_mp_temp_dir()  # again, if a test removed it (environment.remove_mp_temp_dir)
     made_by = item.config._shm_made_by  # type: ignore[attr-defined]
     for name in _shm_files() - before:
         made_by.setdefault(name, item.nodeid)
@@ -128,7 +139,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _reap_zombies()
         leaked = _alive_descendants()
         new_shm = sorted(_shm_files() - before)
-        new_tmp = sorted(_tmp_entries() - tmp_before)
+        new_tmp = sorted(_tmp_entries() - tmp_before - {_own_mp_temp_dir()})
         if (not leaked and not new_shm and not new_tmp) or time.monotonic() > deadline:
             break
         time.sleep(0.25)
