@@ -278,6 +278,28 @@ def _remove_error_files(context: Any) -> None:
             os.remove(path)
 
 
+def _note_other_failures(exc: BaseException, context: Any) -> None:
+    """torch re-raises one failed rank: the lowest-numbered among those that had exited when it looked,
+    which on a busy machine need not be the one that failed first (its peers then fail too, "closed by
+    peer"). Add every other rank's error to the traceback as a note, oldest first, so the root cause is
+    always in sight. (`str(exc)` is unchanged: notes are shown only with the traceback, Python 3.11+.)"""
+    if not hasattr(exc, "add_note"):
+        return
+    others = []
+    for rank, path in enumerate(context.error_files):
+        if rank == getattr(exc, "error_index", None):
+            continue
+        try:
+            written = os.stat(path).st_mtime
+            with open(path, "rb") as f:
+                trace = str(pickle.load(f)).strip()
+        except (OSError, EOFError, pickle.UnpicklingError):
+            continue  # this rank wrote no error file: it did not raise
+        others.append((written, rank, trace.splitlines()[-1] if trace else "(no traceback)"))
+    for _, rank, last_line in sorted(others):
+        exc.add_note(f"rank {rank} failed too: {last_line}")
+
+
 def launch(
     demos: Sequence[Callable[..., Any]] | Mapping[str, Callable[..., Any]],
     world_size: int = 2,
@@ -329,6 +351,9 @@ def launch(
                 codes: list[int | None] = [0] * world_size
             else:
                 codes = _join_all(context, timeout)
+        except (tmp.ProcessRaisedException, tmp.ProcessExitedException) as exc:
+            _note_other_failures(exc, context)
+            raise
         finally:
             _remove_error_files(context)
         results: dict[int, dict[str, Any]] = {}

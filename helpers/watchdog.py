@@ -45,6 +45,9 @@ from helpers.environment import default_start_method
 from helpers.errors import clean, error_line
 
 __all__ = ["Outcome", "run", "run_script"]
+# Also used by `helpers.diagnose`, which watches a learner's own script the same way: the process tree
+# (is_alive, is_cleaner, wait_gone), shared-memory names (multiprocessing_names, remove_orphans) and
+# faulthandler's stack format (FAULTHANDLER_BLOCK, FAULTHANDLER_FRAME, enclosing_qualname).
 
 _STATUSES = ("returned", "raised", "hung", "died")
 _EXPECTATIONS = (None, "return", "raise", "hang", "die")
@@ -204,7 +207,7 @@ _GLIBC_TEMP = re.compile(r"sem\.[A-Za-z0-9]{6}")
 _TEMP_AGE = 0.2  # seconds: a live sem_open holds its temporary name for microseconds
 
 
-def _mp_names() -> set[str]:
+def multiprocessing_names() -> set[str]:
     if not _SHM.is_dir():
         return set()
     return {path.name for pattern in _MP_NAMES for path in _SHM.glob(pattern)}
@@ -225,7 +228,7 @@ def _mapped_inodes() -> set[int]:
     return inodes
 
 
-def _remove_orphans(before: set[str]) -> None:
+def remove_orphans(before: set[str]) -> None:
     """Unlink multiprocessing names that appeared during the run and that nothing can use any more.
 
     The log of `_record_resources` misses names that a spawn grandchild created while it was being
@@ -235,7 +238,7 @@ def _remove_orphans(before: set[str]) -> None:
     another program's live object. A glibc temporary name still there after `_TEMP_AGE` seconds belongs
     to a sem_open that was killed halfway.
     """
-    new = _mp_names() - before
+    new = multiprocessing_names() - before
     if not new:
         return
     temps = {name for name in new if _GLIBC_TEMP.fullmatch(name)}
@@ -320,14 +323,14 @@ def _kill_tree(pid: int) -> int:
     The child itself is left for its owner (multiprocessing or subprocess) to reap: psutil reaping it
     would leave that owner believing it still runs.
     """
-    below = [p for p in _descendants(pid) if _is_alive(p)]
-    workers = [p for p in below if not _is_cleaner(p)]
+    below = [p for p in _descendants(pid) if is_alive(p)]
+    workers = [p for p in below if not is_cleaner(p)]
     for proc in workers:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    _wait_gone(workers, timeout=3.0)
+    wait_gone(workers, timeout=3.0)
     _end_group(pid, {pid, *(p.pid for p in below)})
     return len(below) + 1
 
@@ -339,7 +342,7 @@ def _name(proc: psutil.Process) -> str:
         return ""
 
 
-def _is_cleaner(proc: psutil.Process) -> bool:
+def is_cleaner(proc: psutil.Process) -> bool:
     if _name(proc).startswith(_CLEANER_NAMES):
         return True
     try:
@@ -353,7 +356,7 @@ def _group_members(pgid: int) -> list[psutil.Process]:
     members = []
     for proc in psutil.process_iter():
         try:
-            if os.getpgid(proc.pid) == pgid and _is_alive(proc):
+            if os.getpgid(proc.pid) == pgid and is_alive(proc):
                 members.append(proc)
         except (OSError, psutil.Error):
             continue
@@ -370,19 +373,19 @@ def _end_group(pgid: int, pids: set[int]) -> None:
     members = _await_group(pgid, _GROUP_GRACE)
     for _ in range(3):  # a worker may start another between the listing and the kill
         pids |= {m.pid for m in members}
-        workers = [m for m in members if not _is_cleaner(m)]
+        workers = [m for m in members if not is_cleaner(m)]
         if not workers:
             break
         for proc in workers:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        _wait_gone(workers, timeout=3.0)
+        wait_gone(workers, timeout=3.0)
         members = _group_members(pgid)
     members = _await_group(pgid, _GROUP_GRACE)
     pids |= {m.pid for m in members}
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    _wait_gone(members, timeout=3.0)
+    wait_gone(members, timeout=3.0)
     # A member that joined the group after the listing above still maps its semaphores until it has
     # died: wait for the whole group, so that the orphan sweep that follows sees them unmapped.
     _await_group(pgid, 3.0)
@@ -403,15 +406,15 @@ def _await_group(pgid: int, timeout: float) -> list[psutil.Process]:
     return members
 
 
-def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
+def wait_gone(procs: list[psutil.Process], timeout: float) -> None:
     """Wait until each process has exited. A zombie counts as gone: its parent, killed too, can no
     longer reap it, and whoever adopts it (init or a subreaper) will."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_is_alive(p) for p in procs):
+    while time.monotonic() < deadline and any(is_alive(p) for p in procs):
         time.sleep(0.02)
 
 
-def _is_alive(proc: psutil.Process) -> bool:
+def is_alive(proc: psutil.Process) -> bool:
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -432,19 +435,19 @@ def _dump_stack(pid: int, trace_path: Path) -> None:
         size = new
 
 
-_BLOCK = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)")
-_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+FAULTHANDLER_BLOCK = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)")
+FAULTHANDLER_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
 
 
 def _parse_stack(trace: str, main_ident: str) -> list[tuple[str, int, str]]:
     """Frames (file, line, name) of the main thread in faulthandler's last dump, outermost first."""
     blocks: list[tuple[str, list[tuple[str, int, str]]]] = []
     for line in trace.splitlines():
-        head = _BLOCK.match(line)
+        head = FAULTHANDLER_BLOCK.match(line)
         if head or line.startswith("Stack (most recent call first)"):
             blocks.append((head.group(1).lower() if head else "", []))
             continue
-        frame = _FRAME.match(line)
+        frame = FAULTHANDLER_FRAME.match(line)
         if frame and blocks:
             blocks[-1][1].append((frame.group(1), int(frame.group(2)), frame.group(3)))
     for ident, frames in reversed(blocks):
@@ -453,7 +456,7 @@ def _parse_stack(trace: str, main_ident: str) -> list[tuple[str, int, str]]:
     return list(reversed(blocks[-1][1])) if blocks else []
 
 
-def _qualname(filename: str, lineno: int, name: str) -> str:
+def enclosing_qualname(filename: str, lineno: int, name: str) -> str:
     """`Queue.get` rather than `get`: the innermost def or class around the line, from the source."""
     source = "".join(linecache.getlines(filename))
     if not source:
@@ -497,7 +500,7 @@ def _describe(frames: list[tuple[str, int, str]], start_name: str | None, start_
             start = i
             break
     frames = frames[start:]
-    names = [_qualname(f, n, name) for f, n, name in frames]
+    names = [enclosing_qualname(f, n, name) for f, n, name in frames]
     libs = _library_dirs()
     short: list[str] = []
     for (filename, _, _), qual in zip(frames, names, strict=True):
@@ -600,14 +603,14 @@ def run(
     # Start this process's resource tracker now, so the child shares it instead of starting its own
     # inside the process group that a time-out kills.
     resource_tracker.ensure_running()
-    before = _mp_names()
+    before = multiprocessing_names()
     with tempfile.TemporaryDirectory(prefix="watchdog-") as tmp:
         workdir = Path(tmp)
         try:
             return _run_child(ctx, forked, target, payload, timeout, expect, workdir)
         finally:
             _release_resources(workdir, shared_tracker=True)
-            _remove_orphans(before)
+            remove_orphans(before)
 
 
 def _run_child(
@@ -682,13 +685,13 @@ def run_script(
             "sys.path[0] = __import__('os').path.dirname(sys.argv[0]); "
             "runpy.run_path(sys.argv[0], run_name='__main__')"
         )
-        before = _mp_names()
+        before = multiprocessing_names()
         started = time.monotonic()
         try:
             return _run_script_child(boot, path, args, timeout, expect, cwd, env, workdir, started)
         finally:
             _release_resources(workdir, shared_tracker=False)
-            _remove_orphans(before)
+            remove_orphans(before)
 
 
 def _run_script_child(

@@ -140,6 +140,31 @@ def test_launch_reraises_a_rank_error_and_removes_the_error_file():
     assert set(glob.glob(pattern)) == before
 
 
+def test_other_ranks_failures_are_added_as_notes_oldest_first(tmp_path):
+    """torch names one failed rank; the others' errors must be in the traceback too, the first one first."""
+    import pickle
+    from types import SimpleNamespace
+
+    import torch.multiprocessing as tmp
+
+    traces = {1: "Traceback ...\nValueError: the root cause", 2: "Traceback ...\nRuntimeError: closed by peer"}
+    files = []
+    for rank in range(3):
+        path = tmp_path / f"error{rank}"
+        files.append(str(path))
+        if rank in traces:
+            path.write_bytes(pickle.dumps(traces[rank]))
+            os.utime(path, (100.0 + rank, 100.0 + rank))
+    exc = tmp.ProcessRaisedException("rank 0 failed", error_index=0, error_pid=1)
+    launcher._note_other_failures(exc, SimpleNamespace(error_files=files))
+    if sys.version_info >= (3, 11):
+        assert exc.__notes__ == [
+            "rank 1 failed too: ValueError: the root cause",
+            "rank 2 failed too: RuntimeError: closed by peer",
+        ]
+    assert str(exc) == "rank 0 failed"
+
+
 def test_launch_never_redirects_the_temporary_folder(monkeypatch):
     """Issue 21: a launch that set tempfile.tempdir to its own folder while processes started made
     multiprocessing put this process's pymp-* folder (and the forkserver's socket) inside it, and then

@@ -238,7 +238,7 @@ def test_orphaned_semaphores_are_removed_but_live_ones_stay():
     import subprocess
     import sys
 
-    before = watchdog._mp_names()
+    before = watchdog.multiprocessing_names()
     orphan = f"/mp-orphan{os.getpid()}"
     subprocess.run([sys.executable, "-c", ORPHAN_MAKER, orphan], timeout=30, check=False)
     assert os.path.exists(f"/dev/shm/sem{orphan.replace('/', '.')}")
@@ -247,7 +247,7 @@ def test_orphaned_semaphores_are_removed_but_live_ones_stay():
     glibc_temp = "/dev/shm/sem.Zq3x9K"  # what a sem_open killed before it linked the name leaves
     with open(glibc_temp, "wb") as f:
         f.write(b"\0" * 32)
-    watchdog._remove_orphans(before)
+    watchdog.remove_orphans(before)
     assert not os.path.exists(f"/dev/shm/sem{orphan.replace('/', '.')}")
     assert not os.path.exists(glibc_temp)
     assert os.path.exists(live_file)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from helpers.watchdog import _BLOCK, _FRAME, _qualname
+from helpers.watchdog import FAULTHANDLER_BLOCK, FAULTHANDLER_FRAME, enclosing_qualname
 
 _DUMP_GRACE = 1.5  # seconds the processes get to write their faulthandler dump
 _SPY_TIMEOUT = 15.0
@@ -273,14 +273,14 @@ def parse_faulthandler(text: str) -> list[Thread]:
     """Every thread of one faulthandler dump (`Current thread 0x...` / `Thread 0x...` blocks)."""
     threads: list[Thread] = []
     for line in text.splitlines():
-        head = _BLOCK.match(line)
+        head = FAULTHANDLER_BLOCK.match(line)
         if head or line.startswith("Stack (most recent call first)"):
             threads.append(Thread(head.group(1) if head else "thread", None, []))
             continue
-        frame = _FRAME.match(line)
+        frame = FAULTHANDLER_FRAME.match(line)
         if frame and threads:
             file, lineno, name = frame.group(1), int(frame.group(2)), frame.group(3)
-            threads[-1].frames.append(Frame(_qualname(file, lineno, name), file, lineno))
+            threads[-1].frames.append(Frame(enclosing_qualname(file, lineno, name), file, lineno))
     _name_main_thread(threads)
     return threads
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from helpers.watchdog import _is_alive, _is_cleaner, _mp_names, _remove_orphans, _wait_gone
+from helpers.watchdog import is_alive, is_cleaner, multiprocessing_names, remove_orphans, wait_gone
 
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL = 0.1  # seconds between looks at the tree (new and vanished pids: the churn of dying workers)
@@ -155,7 +155,7 @@ def _reap(main: int) -> None:
 
 
 def _live(procs: list[psutil.Process]) -> list[psutil.Process]:
-    return [p for p in procs if _is_alive(p)]
+    return [p for p in procs if is_alive(p)]
 
 
 def end(tree: Tree, shm_before: set[str]) -> int:
@@ -170,7 +170,7 @@ def end(tree: Tree, shm_before: set[str]) -> int:
     """
     killed: set[int] = set()
     for _ in range(3):
-        workers = [p for p in _live(tree.processes()) if not _is_cleaner(p)]
+        workers = [p for p in _live(tree.processes()) if not is_cleaner(p)]
         if not workers:
             break
         for sig in (signal.SIGSTOP, signal.SIGKILL):
@@ -178,7 +178,7 @@ def end(tree: Tree, shm_before: set[str]) -> int:
                 with contextlib.suppress(psutil.Error):
                     proc.send_signal(sig)
         killed |= {p.pid for p in workers}
-        _wait_gone(workers, timeout=3.0)
+        wait_gone(workers, timeout=3.0)
         _reap(tree.pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(tree.pid, signal.SIGKILL)
@@ -191,7 +191,7 @@ def end(tree: Tree, shm_before: set[str]) -> int:
     for proc in _live(cleaners):
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    _wait_gone(cleaners, timeout=3.0)
+    wait_gone(cleaners, timeout=3.0)
     with contextlib.suppress(subprocess.TimeoutExpired):
         tree.proc.wait(3)
     _reap(tree.pid)
@@ -225,7 +225,7 @@ def _remove_leftovers(tree: Tree, shm_before: set[str]) -> None:
             for leftover in _SHM.glob(f"torch_{pid}_*"):
                 with contextlib.suppress(OSError):
                     leftover.unlink()
-    _remove_orphans(shm_before)
+    remove_orphans(shm_before)
     if tree.reader is not None:
         tree.reader.join(2.0)
 
@@ -237,4 +237,4 @@ def still_running(tree: Tree) -> list[psutil.Process]:
 
 def shm_names() -> set[str]:
     """The multiprocessing names in /dev/shm now (to know which ones the run added)."""
-    return _mp_names()
+    return multiprocessing_names()

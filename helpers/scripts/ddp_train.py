@@ -7,7 +7,8 @@ MASTER_PORT for each; `init_process_group("gloo")` reads them (the env:// defaul
 its own batches and writes what it saw to OUTDIR/rank<RANK>.json instead of printing: the prints of several
 processes interleave at random, a file per rank does not.
 
-One line is a workaround, not a pattern: the `os._exit(0)` at the end of `main` (see the comment there).
+One line is a workaround, not a pattern: `exit_without_teardown()` at the end of `main`, which calls
+`os._exit(0)` (see its docstring in `helpers/scripts/__init__.py`).
 A real job ends the usual way, so that atexit handlers run and logs are flushed:
 
     def main():
@@ -30,6 +31,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from helpers.scripts import exit_without_teardown
 
 SET_BY_TORCHRUN = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]
 
@@ -84,16 +87,7 @@ def main() -> None:
         json.dump(result, f)
     dist.barrier()  # every rank is done with the group before any rank closes its connections
     dist.destroy_process_group()
-    # WORKAROUND for torch 2.13, not a template: leave without the interpreter's teardown. A DDP model
-    # leaves gloo's threads running after destroy_process_group (see /proc/self/task), and tearing them
-    # down at interpreter exit sometimes aborted a rank here ("terminate called without an active
-    # exception", SIGABRT): torchrun then reports a job that did all its work as failed, and the other
-    # node waits for it. os._exit skips atexit handlers and buffered logs, so it comes only after every
-    # result is written and closed and the streams are flushed. A job that does not hit the abort ends
-    # normally instead (see the module docstring).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_teardown()  # a workaround for torch 2.13, not a pattern: see its docstring
 
 
 if __name__ == "__main__":

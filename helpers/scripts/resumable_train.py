@@ -30,6 +30,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers.ddp_practice import load_snapshot, new_training, save_snapshot, train_epochs
+from helpers.scripts import exit_without_teardown
 
 
 def log(outdir: str, rank: int, final: list[float] | None = None, **event) -> None:
@@ -109,11 +110,7 @@ def main() -> None:
     log(outdir, rank, event="finished", attempt=attempt, final=final.tolist() if rank == 0 else None)
     dist.barrier()
     dist.destroy_process_group()
-    # Leave without the interpreter's teardown (see ddp_train.py: gloo's threads outlive the group in this
-    # torch and tearing them down at exit sometimes aborts the process). Everything is written and closed.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_teardown()  # a workaround for torch 2.13 (see ddp_train.py), after everything is written
 
 
 if __name__ == "__main__":
