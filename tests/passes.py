@@ -48,7 +48,7 @@ def default_passes() -> list[Pass]:
     passes = [
         # Each test file in a process of its own: a test that leaves multiprocessing's or torch's
         # process-wide state changed (seen: every later DataLoader batch lost) cannot break another file.
-        Pass("unit tests, hygiene, lint (one process per file)", [str(Path(__file__)), "--unit-files"]),
+        Pass("unit tests, hygiene, lint (one process per file, two at a time)", [str(Path(__file__)), "--unit-files"]),
         Pass("notebooks, the default start method", ["-m", "pytest", "--nbval", "notebooks"]),
     ]
     methods = mp.get_all_start_methods()
@@ -112,13 +112,52 @@ def _counts(log: str) -> dict[str, int]:
     return total
 
 
-def run_unit_files(extra: list[str]) -> int:
-    """Run each tests/test_*.py in a pytest process of its own, one after another; 1 if any failed."""
+def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None) -> int:
+    """Run each tests/test_*.py in a pytest process of its own, `jobs` at a time; 1 if any failed.
+
+    With more than one job, each file gets a /dev/shm and a temporary folder of its own (the hygiene
+    check of one file must not see another's live files); the largest files start first, so that the
+    last one to finish is a short one. Each file's output is shown whole when it ends."""
+    files = sorted(files or (ROOT / "tests").glob("test_*.py"), key=lambda f: f.stat().st_size, reverse=True)
+    prefix = private_shm_prefix() if jobs > 1 else None
+    if prefix is None:
+        jobs = 1
+    base = Path(tempfile.mkdtemp(prefix="unit-", dir=os.environ.get("TMPDIR")))
+    running: list[tuple[subprocess.Popen[bytes], Path]] = []
     worst = 0
-    for path in sorted((ROOT / "tests").glob("test_*.py")):
-        done = subprocess.run([sys.executable, "-m", "pytest", str(path.relative_to(ROOT)), *extra], cwd=ROOT)
-        if done.returncode not in (0, 5):  # 5: no test collected
+
+    def finish(proc: subprocess.Popen[bytes], log: Path) -> None:
+        nonlocal worst
+        if proc.wait() not in (0, 5):  # 5: no test collected
             worst = 1
+        sys.stdout.write(log.read_text(errors="replace"))
+        sys.stdout.flush()
+
+    try:
+        for i, path in enumerate(files):
+            while len(running) >= jobs:
+                done = [entry for entry in running if entry[0].poll() is not None]
+                for entry in done:
+                    running.remove(entry)
+                    finish(*entry)
+                if not done:
+                    time.sleep(0.2)
+            tmpdir = base / f"tmp{i}"
+            tmpdir.mkdir()
+            log = base / f"{path.stem}.log"
+            cmd = [*(prefix or []), sys.executable, "-m", "pytest", str(path.relative_to(ROOT)), *extra]
+            with log.open("wb") as out:
+                env = {**os.environ, "TMPDIR": str(tmpdir)}
+                proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+            running.append((proc, log))
+        for entry in running:
+            finish(*entry)
+        running.clear()
+    finally:
+        for proc, _ in running:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(base, ignore_errors=True)
     return worst
 
 
@@ -205,10 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--under-load", action="store_true", help="run the notebooks with a busy loop per core")
     parser.add_argument("--serial", action="store_true", help="run the passes one after another")
     parser.add_argument("--unit-files", action="store_true", help=argparse.SUPPRESS)  # the unit-test pass
+    parser.add_argument("--jobs", type=int, default=2, help=argparse.SUPPRESS)  # unit-test files at a time
     parser.add_argument("pytest_args", nargs="*", help="extra arguments for every pytest run")
     args = parser.parse_args(argv)
     if args.unit_files:
-        return run_unit_files(args.pytest_args)
+        return run_unit_files(args.pytest_args, args.jobs)
     if args.under_load:
         sys.path.insert(0, str(ROOT))
         from helpers.environment import usable_cores
