@@ -139,6 +139,12 @@ def test_missing_main_guard_from_stderr_and_churn() -> None:
     assert "resource tracker" in report(done)
 
 
+def test_a_pool_worker_killed_mid_task() -> None:
+    done = diagnose("killed_pool_worker.py", timeout=3.0)
+    assert_cause(done, "a pool worker died in the middle of a task", "04_pool_vs_process, section 6")
+    assert "vanished during the run" in report(done)
+
+
 def test_an_unknown_hang_is_reported_as_unknown_with_its_stacks() -> None:
     done = diagnose("unknown.py", timeout=1.5)
     text = report(done)

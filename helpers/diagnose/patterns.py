@@ -28,6 +28,7 @@ SECTIONS = {
     "store": '05_ddp, section 1 "A process group on one machine"',
     "worker": '01_dataloader_workers, section 8 "When things go wrong in a worker"',
     "spawn": '04_pool_vs_process, section 5 "`torch.multiprocessing.spawn` and errors"',
+    "dead": '04_pool_vs_process, section 6 "When a worker dies"',
     "grow": '02_shared_tensors, section 3 "`share_memory_()`, `.grad`, and tensors that must not grow"',
 }
 
@@ -308,6 +309,39 @@ def missing_main_guard(facts: Facts) -> Finding | None:
     )
 
 
+_POOL_WAITS = ("map", "starmap", "get", "wait", "next", "__next__")
+
+
+def killed_pool_worker(facts: Facts) -> Finding | None:
+    """The main process waits on a Pool, a worker of that pool vanished during the run, and live pool
+    workers (the replacements) idle: a task died with its worker, and its result never comes."""
+    main = facts.by_pid.get(facts.main_pid)
+    if main is None or facts.stderr.count(_BOOTSTRAP) or _NOTEBOOK.search(facts.stderr):
+        return None  # workers that die at start-up: missing_main_guard explains those
+    waiting = _frames(main, *_POOL_WAITS, file="multiprocessing/pool.py")
+    workers = [p for p in facts.children(facts.main_pid) if p.role == "pool worker"]
+    parents = {facts.main_pid} | {p.pid for p in facts.procs if p.role == "forkserver"}
+    vanished = [s for s in _churn(facts) if s.ppid in parents]
+    if not waiting or not workers or not vanished:
+        return None
+    return Finding(
+        "a pool worker died in the middle of a task (killed, e.g. by the out-of-memory killer's SIGKILL, or "
+        "crashed): the Pool started a new worker, but the lost task's result never arrives, so the wait never ends",
+        [
+            _stack_line(main, _from_frame(main, waiting[0])),
+            f"{len(vanished)} worker process(es) vanished during the run (pid "
+            + ", ".join(str(s.pid) for s in vanished)
+            + f"); {len(workers)} pool worker(s) alive now: "
+            + ", ".join(p.label() for p in workers),
+        ],
+        'Find out why it died (an exit code of -9 is SIGKILL; as root, `dmesg` shows "Out of memory: Killed '
+        'process" for the OOM killer). Bound the wait with map_async(...).get(timeout=...), or use '
+        "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool instead of waiting.",
+        SECTIONS["dead"],
+        2,
+    )
+
+
 _COLLECTIVES = (
     "barrier",
     "monitored_barrier",
@@ -454,6 +488,7 @@ HANG_RULES = (
     lock_held_at_fork,
     join_before_drain,
     missing_main_guard,
+    killed_pool_worker,
     waiting_in_collective,
     waiting_for_store,
     full_shm,
