@@ -1,5 +1,5 @@
 """Chapter 04, Pool vs Process: the worker functions and experiments of the notebook and of two bench
-figures (`pool_chunksize`, `pool_io_scaling`).
+figures (`pool_chunksize`, `pool_io_scaling`), including what each API does when a worker is killed.
 
 This module imports no torch at the top, on purpose: a spawn Pool worker imports the module its task
 function lives in, and most tasks here are plain Python (a sleep, a square). Importing torch would cost
@@ -62,6 +62,26 @@ __all__ = [
     "simulate_makespan",
     "tail_heavy_durations",
     "run_pipeline",
+    "VICTIM",
+    "hold",
+    "HoldDataset",
+    "kill_when_started",
+    "pool_after_kill",
+    "map_while_killing",
+    "executor_after_kill",
+    "max_tasks_per_child_error",
+    "executor_worker_pids",
+    "loader_after_kill",
+    "spawn_after_kill",
+    "in_private_tmp",
+    "allocation_under_limit",
+    "memory_cgroup_parent",
+    "kernel_log_says_oom",
+    "OomRun",
+    "oom_kill",
+    "DEATH_COLUMNS",
+    "death_rows",
+    "death_table",
 ]
 
 UNIT = 0.1  # seconds: item x sleeps UNIT * x(x+1)/2, so later items finish well after earlier ones
@@ -84,7 +104,7 @@ def _released(*objects: Any) -> None:
     gc.collect()
 
 
-# ---- one job, four ways ------------------------------------------------------------------------------
+# ---- one job, five ways ------------------------------------------------------------------------------
 
 
 def delayed_square(x: int) -> int:
@@ -1394,3 +1414,63 @@ def oom_kill(limit_mb: int = 64, step_mb: int = 4, use_cgroup: bool = True, star
             _remove_cgroup(cgroup)
     killer = "a watcher in this process" if cgroup is None else "the kernel (memory cgroup)"
     return OomRun(child.exitcode, limit_mb, grown.value, readings, killer, child.pid)
+
+
+# ---- the table of section "When a worker dies" -------------------------------------------------------
+
+DEATH_COLUMNS = ("API", "what the parent gets", "names the signal", "afterwards")
+
+
+def death_rows(
+    pool_run: dict[str, Any], executor_run: dict[str, Any], loader_run: dict[str, str], spawn_run: dict[str, Any]
+) -> list[tuple[str, str, str, str]]:
+    """One row per API, built from what the demos returned (`pool_after_kill`, `executor_after_kill`,
+    `loader_after_kill`, `spawn_after_kill`), plus torchrun's row, which notebook 07 demonstrates."""
+    for name, run in (
+        ("pool_run", pool_run),
+        ("executor_run", executor_run),
+        ("loader_run", loader_run),
+        ("spawn_run", spawn_run),
+    ):
+        if not isinstance(run, dict):
+            raise TypeError(f"{name} must be the dict its demo returned, got {type(run).__name__}")
+    try:
+        timed_out = next(v for k, v in pool_run.items() if k.startswith("map_async"))
+        pool_gets = "nothing: map() waits forever" if timed_out else "its result (unexpected)"
+        if timed_out:
+            pool_gets += ", map_async(...).get(t) raises TimeoutError"
+        pool_after = "worker replaced, pool still works" if pool_run["the killed worker was replaced"] else "?"
+        executor_gets = f"{executor_run['their error'].split(':')[0]} on {executor_run['futures that failed']} futures"
+        executor_after = "broken: a new submit raises " + executor_run["a new submit"].split(":")[0]
+        loader_gets = f"{loader_run['raised']}, from {loader_run['raised from']}"
+        spawn_gets = spawn_run["raised"]
+        spawn_after = "the other ranks get SIGTERM" if -15 in spawn_run["exit codes"] else "?"
+    except (KeyError, StopIteration, AttributeError) as exc:
+        raise ValueError(f"a run lacks a field its demo returns: {exc}") from None
+    killed_by = "killed by signal" in loader_run["raised from"]
+    return [
+        ("multiprocessing.Pool", pool_gets, "no", pool_after),
+        ("ProcessPoolExecutor", executor_gets, "no", executor_after),
+        ("DataLoader", loader_gets, "yes (the cause)" if killed_by else "no", "the loop (epoch) ends with it"),
+        ("torch.multiprocessing.spawn", spawn_gets, "yes" if spawn_run.get("signal_name") else "no", spawn_after),
+        (
+            "torchrun",
+            "the agent sees the rank's exit code -9",
+            "yes (exit code)",
+            "stops every rank; --max-restarts restarts the whole group (notebook 07, section 6)",
+        ),
+    ]
+
+
+def death_table(rows: Sequence[tuple[str, ...]]) -> str:
+    """The rows as a plain-text table, one API per block (wide cells would not fit side by side)."""
+    if not rows or any(len(row) != len(DEATH_COLUMNS) for row in rows):
+        raise ValueError(f"rows must be a non-empty list of {len(DEATH_COLUMNS)}-tuples (see DEATH_COLUMNS)")
+    width = max(len(column) for column in DEATH_COLUMNS[1:])
+    blocks = []
+    for row in rows:
+        lines = [row[0]] + [
+            f"  {column:<{width}}  {value}" for column, value in zip(DEATH_COLUMNS[1:], row[1:], strict=True)
+        ]
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
