@@ -973,17 +973,37 @@ def kill_when_started(started: Any, pid: Any, timeout: float = _WAIT) -> int:
     return pid.value
 
 
-def _kill_then_let_go(started: Any, pid: Any, release: Any, tasks: int) -> None:
+def _main_thread_in(function: str, timeout: float) -> bool:
+    """Wait until the main thread runs a function of this name (looked up in its stack), up to `timeout`."""
+    import sys
+    import threading
+
+    main = threading.main_thread().ident
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(main)  # noqa: SLF001 - the one way to see another thread's stack
+        while frame is not None:
+            if frame.f_code.co_name == function:
+                return True
+            frame = frame.f_back
+        time.sleep(0.001)
+    return False
+
+
+def _kill_then_let_go(started: Any, pid: Any, release: Any, tasks: int, inside: str | None) -> None:
+    if inside is not None:
+        _main_thread_in(inside, _WAIT)
     kill_when_started(started, pid)
     _let_go(release, tasks)
 
 
-def _killer(started: Any, pid: Any, release: Any, tasks: int) -> Any:
-    """A thread that kills the victim once it has started, then lets the other tasks finish, so this
-    thread can block in the API meanwhile."""
+def _killer(started: Any, pid: Any, release: Any, tasks: int, inside: str | None = None) -> Any:
+    """A thread that kills the victim once it has started (and, with `inside`, once the main thread is in
+    that function), then lets the other tasks finish, so the main thread can block in the API meanwhile."""
     import threading
 
-    thread = threading.Thread(target=_kill_then_let_go, args=(started, pid, release, tasks), daemon=True)
+    args = (started, pid, release, tasks, inside)
+    thread = threading.Thread(target=_kill_then_let_go, args=args, daemon=True)
     thread.start()
     return thread
 
@@ -1122,7 +1142,8 @@ def loader_after_kill(num_workers: int = 2, start_method: str | None = None) -> 
     report = {"raised": "nothing", "raised from": "nothing"}
     batches = iter(loader)
     try:
-        killer = _killer(started, pid, release, 2 * num_workers)
+        # SIGCHLD is handled in the main thread wherever it is: kill only once it waits inside the loader
+        killer = _killer(started, pid, release, 2 * num_workers, inside="_try_get_data")
         try:
             next(batches)
         except RuntimeError as exc:
