@@ -655,7 +655,8 @@ def notebook_function_in_spawn_pool(
     import. A worker dies while it unpickles a task (`multiprocessing.pool.worker` lets the error end the
     process), and that task is gone with it; the pool starts a replacement, which takes the next task and
     dies too. Once every task has killed one worker, the replacements live and wait for work, and the
-    result never comes. Run this under the watchdog (it captures the workers' stderr), forked.
+    result never comes. Run this under the watchdog (it captures the workers' stderr), forked, with a
+    timeout above `wait` + 60 s: on a busy machine the six spawn starts alone took more than 30 s.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a function, got {type(fn).__name__}")

@@ -214,7 +214,7 @@ def test_a_main_module_function_hangs_a_spawn_pool(monkeypatch):
     monkeypatch.setattr(main, "only_in_this_process", only_in_this_process, raising=False)
     # six spawn starts in a row (2 workers, 4 replacements): slow on a busy machine, hence the generous limit
     outcome = watchdog.run(
-        pools.notebook_function_in_spawn_pool, only_in_this_process, 2.0, start_method="fork", timeout=30
+        pools.notebook_function_in_spawn_pool, only_in_this_process, 2.0, start_method="fork", timeout=90
     )
     assert outcome.status == "returned", outcome
     # each of the 4 tasks kills the worker that unpickles it; then the replacements live and the pool idles
@@ -278,9 +278,9 @@ def test_pool_workers_cannot_start_dataloader_workers():
 def test_the_failed_loader_leaves_no_semaphore_in_dev_shm(method):
     """The failed DataLoader iterator made its queues (named semaphores under spawn and forkserver) before
     the assertion; the pool worker is then terminated, so only collecting them in the worker frees them."""
-    before = watchdog._mp_names()
+    before = watchdog.multiprocessing_names()
     assert "daemonic" in pools.loader_in_pool_worker(2, start_method=method)
-    assert watchdog._mp_names() <= before
+    assert watchdog.multiprocessing_names() <= before
 
 
 def test_simulated_makespan_shows_both_costs_of_a_chunksize():
