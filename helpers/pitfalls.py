@@ -180,7 +180,8 @@ def tokenizers_in_worker(
     tokenizers registers a fork handler (`pthread_atfork`) that switches parallelism off in a forked
     child once its thread pool has been used, unless the variable is set: with `"true"` the child
     keeps using a pool whose threads fork did not copy, and waits for them forever. `timeout` bounds
-    that wait (the DataLoader raises); run it under the watchdog all the same. Fork where it exists.
+    that wait (the DataLoader raises); run it under the watchdog all the same. Fork is the default: the
+    start method that hangs.
     """
     from torch.utils.data import DataLoader
 
