@@ -588,8 +588,8 @@ def backward_then_fork(backward_in_parent: bool = True) -> dict[str, Any]:
     each side got, whether this process's backward started any OS thread, and whether torch sees an
     accelerator. Fork only: the error this probes belongs to fork.
 
-    The autograd engine starts one thread per accelerator device at the first backward and only then
-    registers the `pthread_atfork` handler that makes a forked child's backward fail; with no non-CPU
+    The autograd engine starts one thread per accelerator device at the first backward, and just before
+    that registers the `pthread_atfork` handler that makes a forked child's backward fail; with no non-CPU
     device it starts none (`torch/csrc/autograd/engine.cpp`, `Engine::start_device_threads`), so on a
     CPU-only machine the child's backward works. Run it under the watchdog (it forks, and torch must be
     single-threaded in a forked child of the kernel).
@@ -600,10 +600,14 @@ def backward_then_fork(backward_in_parent: bool = True) -> dict[str, Any]:
         raise TypeError(f"backward_in_parent must be a bool, got {type(backward_in_parent).__name__}")
     if "fork" not in mp.get_all_start_methods():
         raise RuntimeError("backward_then_fork needs the fork start method (Linux or macOS)")
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # so that no OpenMP thread is counted as the engine's
-    threads_before = _os_threads()
-    parent = _backward() if backward_in_parent else None
-    threads_after = _os_threads()
+    try:
+        threads_before = _os_threads()
+        parent = _backward() if backward_in_parent else None
+        threads_after = _os_threads()
+    finally:
+        torch.set_num_threads(threads)
     ctx = mp.get_context("fork")
     results = ctx.SimpleQueue()
     child = ctx.Process(target=_backward_in_child, args=(results,))
