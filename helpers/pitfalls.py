@@ -35,6 +35,10 @@ from helpers.validate import non_negative, positive_int
 
 __all__ = [
     "fork_after_lock",
+    "TOKENIZER_SENTENCES",
+    "tiny_tokenizer",
+    "tokenizers_in_worker",
+    "backward_then_fork",
     "square",
     "join_then_get",
     "consume",
@@ -118,6 +122,109 @@ def fork_after_lock(held: bool, timeout: float = 2.0) -> Any:
     finally:
         release.set()
         holder.join(5)
+
+
+# ---- 1. another library's thread pool: Hugging Face tokenizers --------------------------------------
+
+TOKENIZER_SENTENCES = (
+    "the cat sat on the mat",
+    "a dog ran in the park",
+    "the bird sang a song",
+    "we read a good book",
+)
+
+
+def tiny_tokenizer(sentences: tuple[str, ...] = TOKENIZER_SENTENCES) -> Any:
+    """A word-level `tokenizers.Tokenizer` whose vocabulary is the words of `sentences` (plus `[UNK]`),
+    built in memory: no download, and no training run (training would use the thread pool itself).
+    tokenizers is imported here, not at the top, so that this module stays light."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    if not isinstance(sentences, tuple) or not sentences or not all(isinstance(s, str) for s in sentences):
+        raise TypeError("sentences must be a non-empty tuple of str")
+    vocab = {"[UNK]": 0}
+    for sentence in sentences:
+        for word in sentence.split():
+            vocab.setdefault(word, len(vocab))
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tokenizer
+
+
+class _Encoded:
+    """A dataset whose every item is one batch encode of its sentences (token counts per sentence):
+    `encode_batch` runs on tokenizers' own thread pool when parallelism is on."""
+
+    def __init__(self, tokenizer: Any, sentences: tuple[str, ...], items: int = 2) -> None:
+        self.tokenizer = tokenizer
+        self.sentences = list(sentences)
+        self.items = items
+
+    def __len__(self) -> int:
+        return self.items
+
+    def __getitem__(self, i: int) -> list[int]:
+        return [len(encoding.ids) for encoding in self.tokenizer.encode_batch(self.sentences)]
+
+
+def tokenizers_in_worker(
+    parallelism: str | None,
+    encode_in_parent: bool,
+    start_method: str = "fork",
+    timeout: float = 3,
+) -> str:
+    """Batch-encode with a tiny tokenizer in this process (or not), then in one DataLoader worker started
+    with `start_method`, with `TOKENIZERS_PARALLELISM` set to `parallelism` (None: unset) for the
+    duration of the call. Returns the worker's result or the DataLoader's error line.
+
+    tokenizers registers a fork handler (`pthread_atfork`) that switches parallelism off in a forked
+    child once its thread pool has been used, unless the variable is set: with `"true"` the child
+    keeps using a pool whose threads fork did not copy, and waits for them forever. `timeout` bounds
+    that wait (the DataLoader raises); run it under the watchdog all the same. Fork is the default: the
+    start method that hangs.
+    """
+    from torch.utils.data import DataLoader
+
+    if parallelism is not None and not isinstance(parallelism, str):
+        raise TypeError(f"parallelism must be a str or None, got {type(parallelism).__name__}")
+    if not isinstance(encode_in_parent, bool):
+        raise TypeError(f"encode_in_parent must be a bool, got {type(encode_in_parent).__name__}")
+    methods = mp.get_all_start_methods()
+    if start_method not in methods:
+        raise ValueError(f"start_method must be one of {methods} on this platform, got {start_method!r}")
+    if non_negative("timeout", timeout) == 0:
+        raise ValueError("timeout must be > 0: the hang needs a bound")
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    _set_env("TOKENIZERS_PARALLELISM", parallelism)
+    try:
+        tokenizer = tiny_tokenizer()
+        if encode_in_parent:
+            tokenizer.encode_batch(list(TOKENIZER_SENTENCES))
+        loader = DataLoader(
+            _Encoded(tokenizer, TOKENIZER_SENTENCES),
+            batch_size=None,
+            num_workers=1,
+            timeout=timeout,
+            multiprocessing_context=mp.get_context(start_method),
+        )
+        it = iter(loader)
+        try:
+            result = f"worker encoded: {[list(item) for item in it][0]}"
+        except RuntimeError as exc:
+            result = short_error(exc)
+        del it  # ends the worker (a stuck one after DataLoader's 5 s grace), before the variable is restored
+        gc.collect()
+    finally:
+        _set_env("TOKENIZERS_PARALLELISM", before)
+    return result
+
+
+def _set_env(name: str, value: str | None) -> None:
+    """Set or (value None) remove an environment variable."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 # ---- 2. importable targets ------------------------------------------------------------------------
@@ -444,6 +551,83 @@ def shm_exhaustion(timeout: float = 60.0) -> dict[str, Any] | None:
         if isinstance(value, dict):
             value["result"] = re.sub(r"torch_\d+_\w+", "torch_N_…", clean(value["result"]))
     return report
+
+
+# ---- 8. accelerators and fork: autograd's device threads --------------------------------------------
+
+
+def _os_threads() -> int | None:
+    """The number of OS threads of this process (Linux's /proc), None where that cannot be read."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+def _backward() -> list[float]:
+    """One small backward pass; returns the gradient."""
+    import torch
+
+    weight = torch.ones(3, requires_grad=True)
+    (weight * torch.arange(3.0)).sum().backward()
+    return weight.grad.tolist()
+
+
+def _backward_in_child(results: Any) -> None:
+    import torch
+
+    torch.set_num_threads(1)  # a forked child, before its first op (section 1)
+    try:
+        results.put(("returned", _backward()))
+    except RuntimeError as exc:  # what a child gets after a GPU backward in its parent
+        results.put(("raised", short_error(exc)))
+
+
+def backward_then_fork(backward_in_parent: bool = True) -> dict[str, Any]:
+    """Run a backward pass in this process (or not), then fork a child that runs one too. Returns what
+    each side got, whether this process's backward started any OS thread, and whether torch sees an
+    accelerator. Fork only: the error this probes belongs to fork.
+
+    The autograd engine starts one thread per accelerator device at the first backward, and just before
+    that registers the `pthread_atfork` handler that makes a forked child's backward fail; with no non-CPU
+    device it starts none (`torch/csrc/autograd/engine.cpp`, `Engine::start_device_threads`), so on a
+    CPU-only machine the child's backward works. Run it under the watchdog (it forks, and torch must be
+    single-threaded in a forked child of the kernel).
+    """
+    import torch
+
+    if not isinstance(backward_in_parent, bool):
+        raise TypeError(f"backward_in_parent must be a bool, got {type(backward_in_parent).__name__}")
+    if "fork" not in mp.get_all_start_methods():
+        raise RuntimeError("backward_then_fork needs the fork start method (Linux or macOS)")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # so that no OpenMP thread is counted as the engine's
+    try:
+        threads_before = _os_threads()
+        parent = _backward() if backward_in_parent else None
+        threads_after = _os_threads()
+    finally:
+        torch.set_num_threads(threads)
+    ctx = mp.get_context("fork")
+    results = ctx.SimpleQueue()
+    child = ctx.Process(target=_backward_in_child, args=(results,))
+    child.start()
+    child.join(_WAIT)
+    if child.is_alive():
+        child.kill()
+        child.join(5)
+        got: Any = ("hung", None)
+    else:
+        got = results.get() if not results.empty() else ("died", child.exitcode)
+    results.close()
+    return {
+        "accelerator seen by torch": torch.accelerator.is_available(),
+        "parent's backward": parent,
+        "threads started by the parent's backward": (
+            None if threads_before is None or threads_after is None else threads_after - threads_before
+        ),
+        "forked child's backward": f"{got[0]} {got[1]}",
+    }
 
 
 # ---- 9. debugging kit ----------------------------------------------------------------------------

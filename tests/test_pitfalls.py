@@ -175,3 +175,75 @@ def test_an_empty_compile_cache_folder_made_by_a_demo_is_removed(tmp_path, monke
     with pitfalls._no_empty_inductor_cache_left():  # existed before: left alone
         pass
     assert cache.exists()
+
+
+# ---- thread pools and fork: tokenizers, autograd ---------------------------------------------------
+
+
+def test_tokenizer_and_its_probe_refuse_bad_arguments():
+    with pytest.raises(TypeError, match="sentences"):
+        pitfalls.tiny_tokenizer(())
+    with pytest.raises(TypeError, match="sentences"):
+        pitfalls.tiny_tokenizer(["a list"])
+    with pytest.raises(TypeError, match="parallelism"):
+        pitfalls.tokenizers_in_worker(True, True)
+    with pytest.raises(TypeError, match="encode_in_parent"):
+        pitfalls.tokenizers_in_worker("true", "yes")
+    with pytest.raises(ValueError, match="start_method"):
+        pitfalls.tokenizers_in_worker("true", True, "thread")
+    with pytest.raises(ValueError, match="timeout"):
+        pitfalls.tokenizers_in_worker("true", True, timeout=0)
+    with pytest.raises(ValueError, match="timeout"):
+        pitfalls.tokenizers_in_worker("true", True, timeout=-1)
+    with pytest.raises(TypeError, match="backward_in_parent"):
+        pitfalls.backward_then_fork("yes")
+
+
+def test_tiny_tokenizer_encodes_its_words_and_marks_unknown_ones():
+    tokenizer = pitfalls.tiny_tokenizer(("the cat sat", "a dog"))
+    assert tokenizer.encode("the dog sat").ids == [1, 5, 3]
+    assert tokenizer.encode("the bird").ids == [1, 0]  # "[UNK]" is 0
+
+
+def _probe_and_variable(parallelism, encode_in_parent):
+    """tokenizers_in_worker in a watchdog child, and the variable there afterwards (must be restored)."""
+    import os
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "before"
+    result = pitfalls.tokenizers_in_worker(parallelism, encode_in_parent)
+    return result, os.environ.get("TOKENIZERS_PARALLELISM")
+
+
+@needs_fork
+def test_tokenizers_hang_a_forked_worker_only_with_parallelism_forced_after_use_in_the_parent():
+    hung = watchdog.run(_probe_and_variable, "true", True, timeout=60, start_method="fork")
+    assert hung.value == ("RuntimeError: DataLoader timed out after 3 seconds", "before")
+
+
+@needs_fork
+@pytest.mark.parametrize(("parallelism", "encode_in_parent"), [(None, True), ("true", False), ("false", True)])
+def test_tokenizers_in_a_forked_worker_work_otherwise_and_print_nothing(parallelism, encode_in_parent):
+    outcome = watchdog.run(_probe_and_variable, parallelism, encode_in_parent, timeout=60, start_method="fork")
+    assert outcome.value == ("worker encoded: [6, 6, 5, 5]", "before")
+    assert "just got forked" not in outcome.stderr  # the warning tokenizers printed before 0.22.2
+
+
+def test_tokenizers_in_a_spawn_worker_work_after_use_in_the_parent():
+    outcome = watchdog.run(
+        pitfalls.tokenizers_in_worker, "true", True, "spawn", 60, timeout=120, start_method="fork" if HAS_FORK else None
+    )
+    assert outcome.value == "worker encoded: [6, 6, 5, 5]"
+
+
+@needs_fork
+@pytest.mark.parametrize("first", [True, False])
+def test_backward_in_a_forked_child_works_on_cpu_only_torch(first):
+    import torch
+
+    if torch.accelerator.is_available():
+        pytest.skip("with an accelerator the child's backward is expected to fail")
+    probe = watchdog.run(pitfalls.backward_then_fork, first, timeout=60, start_method="fork").value
+    assert probe["accelerator seen by torch"] is False
+    assert probe["parent's backward"] == ([0.0, 1.0, 2.0] if first else None)
+    assert probe["forked child's backward"] == "returned [0.0, 1.0, 2.0]"
+    assert probe["threads started by the parent's backward"] in (0, None)
