@@ -645,6 +645,13 @@ def _one_worker_answer(ask: Callable[[Any], Any], start_method: str | None) -> s
     return answer
 
 
+def _count_start(started: Any) -> None:
+    """Pool initializer: count this worker's start. Deaths are counted as starts minus live workers, so a
+    replacement that starts and dies between two looks at the pool (a busy machine) is not missed."""
+    with started.get_lock():
+        started.value += 1
+
+
 def notebook_function_in_spawn_pool(
     fn: Callable[[int], Any], wait: float = 3.0, workers: int = 2, tasks: int = 4
 ) -> dict[str, Any]:
@@ -663,34 +670,33 @@ def notebook_function_in_spawn_pool(
     non_negative("wait", wait)
     positive_int("workers", workers)
     positive_int("tasks", tasks)
-    pool = mp.get_context("spawn").Pool(workers)
-    seen: set[int] = set()
+    spawn = mp.get_context("spawn")
+    started = spawn.Value("i", 0)
+    pool = spawn.Pool(workers, initializer=_count_start, initargs=(started,))
 
-    def look(pool: Any) -> list[Any]:
-        current = list(pool._pool)  # noqa: SLF001 - the worker list is how we see deaths and replacements
-        seen.update(p.pid for p in current)
-        return [p for p in current if p.is_alive()]
+    def alive_workers(pool: Any) -> list[Any]:
+        return [p for p in list(pool._pool) if p.is_alive()]  # noqa: SLF001 - how we see the replacements
 
     try:
         result = pool.map_async(fn, range(tasks), chunksize=1)
-        look(pool)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not result.ready():
             result.wait(0.05)
-            look(pool)
         try:
             result.get(timeout=0)
             timed_out = False
         except mp.TimeoutError:
             timed_out = True
-        settle = time.monotonic() + _WAIT  # on a busy machine, the last replacements may still be starting
-        alive = look(pool)
-        while time.monotonic() < settle and not (len(seen) - len(alive) >= tasks and len(alive) == workers):
+        # Every task kills the worker that takes it, so the pool settles at `tasks` deaths and `workers`
+        # idle replacements; on a busy machine the last replacements may still be starting.
+        settle = time.monotonic() + _WAIT
+        alive = alive_workers(pool)
+        while time.monotonic() < settle and not (started.value >= tasks + workers and len(alive) == workers):
             time.sleep(0.05)
-            alive = look(pool)
+            alive = alive_workers(pool)
         time.sleep(0.3)  # the replacements stay alive: nothing is left that could kill them
-        alive = look(pool)
-        died = len(seen) - len(alive)
+        alive = alive_workers(pool)
+        died = started.value - len(alive)  # every worker that died had started: none is missed
         idle = len(alive) == workers and not result.ready()
     finally:
         pool.terminate()

@@ -153,10 +153,10 @@ def test_bad_arguments_are_refused(call, error):
 def test_pool_without_guard_hangs_and_leaves_no_semaphore_files(tmp_path):
     from helpers import watchdog
 
-    before = watchdog._mp_names()
+    before = watchdog.multiprocessing_names()
     outcome = watchdog.run_script(pitfalls.write_script("pool_no_guard", tmp_path), timeout=2)
     assert outcome.status == "hung" and "bootstrapping phase" in outcome.stderr_error
-    assert watchdog._mp_names() <= before
+    assert watchdog.multiprocessing_names() <= before
 
 
 def test_an_empty_compile_cache_folder_made_by_a_demo_is_removed(tmp_path, monkeypatch):
