@@ -645,6 +645,12 @@ def _one_worker_answer(ask: Callable[[Any], Any], start_method: str | None) -> s
     return answer
 
 
+def _live_workers(pool: Any) -> list[Any]:
+    """The pool's worker processes that are alive now: how the demos see a death and its replacement
+    (`Pool` has no public view of its workers)."""
+    return [p for p in list(pool._pool) if p.is_alive()]  # noqa: SLF001
+
+
 def _count_start(started: Any) -> None:
     """Pool initializer: count this worker's start. Deaths are counted as starts minus live workers, so a
     replacement that starts and dies between two looks at the pool (a busy machine) is not missed."""
@@ -674,9 +680,6 @@ def notebook_function_in_spawn_pool(
     started = spawn.Value("i", 0)
     pool = spawn.Pool(workers, initializer=_count_start, initargs=(started,))
 
-    def alive_workers(pool: Any) -> list[Any]:
-        return [p for p in list(pool._pool) if p.is_alive()]  # noqa: SLF001 - how we see the replacements
-
     try:
         result = pool.map_async(fn, range(tasks), chunksize=1)
         deadline = time.monotonic() + wait
@@ -690,12 +693,12 @@ def notebook_function_in_spawn_pool(
         # Every task kills the worker that takes it, so the pool settles at `tasks` deaths and `workers`
         # idle replacements; on a busy machine the last replacements may still be starting.
         settle = time.monotonic() + _WAIT
-        alive = alive_workers(pool)
+        alive = _live_workers(pool)
         while time.monotonic() < settle and not (started.value >= tasks + workers and len(alive) == workers):
             time.sleep(0.05)
-            alive = alive_workers(pool)
+            alive = _live_workers(pool)
         time.sleep(0.3)  # the replacements stay alive: nothing is left that could kill them
-        alive = alive_workers(pool)
+        alive = _live_workers(pool)
         died = started.value - len(alive)  # every worker that died had started: none is missed
         idle = len(alive) == workers and not result.ready()
     finally:
@@ -1034,7 +1037,7 @@ def pool_after_kill(workers: int = 2, timeout: float = 2.0, start_method: str | 
             timed_out = True
         deadline = time.monotonic() + _WAIT
         while time.monotonic() < deadline:
-            alive = [p.pid for p in pool._pool if p.is_alive()]  # noqa: SLF001 - how we see the replacement
+            alive = [p.pid for p in _live_workers(pool)]
             if len(alive) == workers and killed not in alive:
                 break
             time.sleep(0.05)
