@@ -1042,7 +1042,7 @@ def pool_after_kill(workers: int = 2, timeout: float = 2.0, start_method: str | 
                 break
             time.sleep(0.05)
         replaced = len(alive) == workers and killed not in alive
-        after = pool.map(tiny, range(4))  # a new job on the same pool
+        after = pool.map_async(tiny, range(4)).get(timeout=_WAIT)  # a new job on the same pool
         pool.close()
     finally:
         _let_go(release, 2 * workers)
