@@ -837,19 +837,13 @@ def failing_job(epochs: int = 3, fail: tuple[int, int] = (1, 1)) -> ResumableJob
 
 
 _ROOT = re.compile(r"Root Cause \(first observed failure\):(.*?)(?:\n=+|\Z)", re.S)
+_OTHERS = re.compile(r"Failures:\n(.*?)\n-{5,}", re.S)
+_BLOCK = re.compile(r"^\[\d+\]:\n", re.M)
+_FOLLOW_ON = ("closed by peer", "reset by peer")  # gloo's words for "another rank went away"
 
 
-def root_cause(summary: str) -> str:
-    """torchrun's failure summary reduced to what is stable: the failing rank and the last line of its
-    traceback (from the error file `@record` writes), or its exit code or signal when there is no
-    traceback; times, hosts, pids, paths go. With a traceback the exit code is left out: the agent may
-    have ended the failing rank with SIGTERM (-15) before it exited by itself (1), whichever came first."""
-    if not isinstance(summary, str):
-        raise TypeError(f"summary must be a str, got {type(summary).__name__}")
-    match = _ROOT.search(summary)
-    if match is None:
-        return error_line(summary) or "no root cause in the output"
-    block = match.group(1)
+def _failure(block: str) -> tuple[str, bool]:
+    """One failure of torchrun's summary as stable text, and whether it only followed another rank's."""
     rank = re.search(r"rank\s*:\s*(\d+)", block)
     code = re.search(r"exitcode\s*:\s*(-?\d+)", block)
     trace = block.split("traceback", 1)[1] if "traceback" in block else ""
@@ -864,7 +858,30 @@ def root_cause(summary: str) -> str:
         parts.append("no traceback (the script does not use @record)")
     if signal_name:
         parts.append(f"killed by {signal_name.group(2)}")
-    return ", ".join(p for p in parts if p)
+    return ", ".join(p for p in parts if p), any(words in error for words in _FOLLOW_ON)
+
+
+def root_cause(summary: str) -> str:
+    """torchrun's failure summary reduced to what is stable: the failing rank and the last line of its
+    traceback (from the error file `@record` writes), or its exit code or signal when there is no
+    traceback; times, hosts, pids, paths go. With a traceback the exit code is left out: the agent may
+    have ended the failing rank with SIGTERM (-15) before it exited by itself (1), whichever came first.
+    torchrun's "first observed failure" compares timestamps in whole seconds and takes the first rank
+    of a tie, so a rank that failed only because its peer was gone ("Connection closed by peer") can be
+    named instead of the peer: such a follow-on is passed over for another rank's own error."""
+    if not isinstance(summary, str):
+        raise TypeError(f"summary must be a str, got {type(summary).__name__}")
+    match = _ROOT.search(summary)
+    if match is None:
+        return error_line(summary) or "no root cause in the output"
+    root, follow_on = _failure(match.group(1))
+    others = _OTHERS.search(summary)
+    if follow_on and others:
+        for block in _BLOCK.split(others.group(1))[1:]:
+            text, also_follow_on = _failure(block)
+            if not also_follow_on:
+                return text
+    return root
 
 
 # ------------------------------------------------------------------------- 8. launching from a notebook

@@ -20,12 +20,17 @@ What is stored is also what a learner sees on opening a notebook in JupyterLab, 
   A cell whose output nbval checks must keep its widget outputs (nbval compares their text), so it is
   reported instead: split the checked printout from the widget.
 - Volatile metadata is dropped: widget state and execution timestamps.
+
+It refuses to run when the environment does not match requirements.txt (a pin added since the last
+`make setup`): the outputs would be those of other versions, or of a missing package. `make notebooks`
+sets the environment up first.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import json
 import re
 import sys
@@ -38,6 +43,7 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+REQUIREMENTS = NOTEBOOKS.parent / "requirements.txt"
 CELL_TIMEOUT = 120  # seconds, as for nbval in pyproject.toml
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
@@ -169,6 +175,28 @@ def regenerate(path: Path) -> tuple[float, list[int]]:
     return seconds, checked_with_widgets
 
 
+def stale_pins(requirements: Path = REQUIREMENTS) -> list[str]:
+    """Pins of `requirements` (those whose markers hold here) that this environment does not satisfy."""
+    from packaging.requirements import Requirement
+
+    stale = []
+    for raw in requirements.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        wanted = Requirement(line)
+        if wanted.marker is not None and not wanted.marker.evaluate():
+            continue
+        try:
+            have = importlib.metadata.version(wanted.name)
+        except importlib.metadata.PackageNotFoundError:
+            stale.append(f"{wanted.name}: not installed")
+            continue
+        if not wanted.specifier.contains(have, prereleases=True):
+            stale.append(f"{wanted.name}: {have} installed, {wanted.specifier} wanted")
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/*.ipynb")
@@ -177,6 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         if not path.is_file() or path.suffix != ".ipynb":
             parser.error(f"not a notebook: {path}")
+    stale = stale_pins()
+    if stale:
+        print(
+            "regenerate: this environment does not match requirements.txt (" + "; ".join(stale) + "): run "
+            "`make setup` first (`make notebooks` does), or the stored outputs would come from other versions",
+            file=sys.stderr,
+        )
+        return 2
     for path in paths:
         print(f"{path.name}: executing ...", flush=True)
         seconds, checked_with_widgets = regenerate(path)

@@ -85,6 +85,45 @@ Root Cause (first observed failure):
         dp.root_cause(None)
 
 
+def test_root_cause_passes_over_a_follow_on_failure_that_torchrun_named():
+    """Whole-second timestamps: torchrun may name the rank that lost its peer; the peer's own error wins."""
+    summary = """
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+resumable_train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-01_08:40:11
+  host      : box
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 4243)
+  error_file: /tmp/torchelastic_x/attempt_0/1/error.json
+  traceback : Traceback (most recent call last):
+    File "/work/x.py", line 3, in main
+      raise FloatingPointError("loss is NaN")
+  FloatingPointError: loss is NaN
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_08:40:11
+  host      : box
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 4242)
+  error_file: /tmp/torchelastic_x/attempt_0/0/error.json
+  traceback : Traceback (most recent call last):
+    File "/work/x.py", line 5, in main
+      dist.barrier()
+  RuntimeError: [../pair.cc:553] Connection closed by peer [127.0.0.1]:33961. GLHF!
+============================================================
+"""
+    assert dp.root_cause(summary) == "rank 1, FloatingPointError: loss is NaN"
+    both_lost = summary.replace('raise FloatingPointError("loss is NaN")', "dist.barrier()").replace(
+        "FloatingPointError: loss is NaN", "RuntimeError: Connection reset by peer"
+    )
+    assert dp.root_cause(both_lost).startswith("rank 0, RuntimeError: [../pair.cc:553] Connection closed by peer")
+
+
 def test_captured_stderr_takes_fd_2_and_drops_the_log_prefix():
     with errors.captured_stderr() as lines:
         os.write(2, b"[rank0]:[W1201 08:36:33.442817839 reducer.cpp:1529] Warning: something\n")

@@ -10,6 +10,7 @@ from helpers.regenerate import (
     ensure_cell_ids,
     output_ignored,
     read_notebook,
+    stale_pins,
     strip_volatile,
     strip_widget_outputs,
 )
@@ -136,3 +137,23 @@ def test_read_notebook_joins_source_lines_as_nbformat_does(tmp_path):
     path = tmp_path / "nb.ipynb"
     path.write_text(json.dumps(_plain_notebook(_code(["a = 1\n", "b = 2"]))))
     assert read_notebook(path).cells[0].source == "a = 1\nb = 2"
+
+
+def test_stale_pins_name_what_this_environment_lacks(tmp_path):
+    """A pin added since the last `make setup` must stop a regeneration, not store a missing package's outputs."""
+    import importlib.metadata
+
+    have = importlib.metadata.version("nbformat")
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(
+        f"# a comment\nnbformat=={have}\nno-such-package-here==1.0\nnbclient==0.0.1\n"
+        'pytest==0.0.1 ; python_version < "3.0"\n'
+    )
+    assert stale_pins(requirements) == [
+        "no-such-package-here: not installed",
+        f"nbclient: {importlib.metadata.version('nbclient')} installed, ==0.0.1 wanted",
+    ]
+
+
+def test_the_course_environment_matches_its_requirements():
+    assert stale_pins() == []
