@@ -53,32 +53,38 @@ def test_snapshot_is_atomic_and_resume_is_bitwise(tmp_path):
     assert dp.resume_run(dp.load_snapshot)["bitwise equal"]
 
 
-def test_root_cause_keeps_only_what_is_stable():
-    summary = """
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-resumable_train.py FAILED
-------------------------------------------------------------
-Failures:
-  <NO_OTHER_FAILURES>
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
+def failure_block(index: int, rank: int, call: str, error: str) -> str:
+    """One failure as torchrun's summary prints it (`_FAILURE_FORMAT_TEMPLATE` in torch 2.13)."""
+    return f"""[{index}]:
   time      : 2026-12-01_08:40:11
   host      : box
-  rank      : 1 (local_rank: 1)
-  exitcode  : 1 (pid: 4242)
-  error_file: /tmp/torchelastic_x/attempt_0/1/error.json
+  rank      : {rank} (local_rank: {rank})
+  exitcode  : 1 (pid: {4242 + rank})
+  error_file: /tmp/torchelastic_x/attempt_0/{rank}/error.json
   traceback : Traceback (most recent call last):
     File "/work/x.py", line 3, in main
-      raise FloatingPointError("loss is NaN")
-  FloatingPointError: loss is NaN
+      {call}
+  {error}"""
 
-============================================================
-"""
+
+def torchrun_summary(root: str, others: str = "  <NO_OTHER_FAILURES>") -> str:
+    """torchrun's failure summary around its failures (`_MSG_FORMAT_TEMPLATE` in torch 2.13)."""
+    line, section = "=" * 60, "-" * 60
+    return (
+        f"\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n{line}\nresumable_train.py FAILED\n"
+        f"{section}\nFailures:\n{others}\n{section}\nRoot Cause (first observed failure):\n{root}\n{line}\n"
+    )
+
+
+NAN = ('raise FloatingPointError("loss is NaN")', "FloatingPointError: loss is NaN")
+LOST = ("dist.barrier()", "RuntimeError: [../pair.cc:553] Connection closed by peer [127.0.0.1]:33961. GLHF!")
+
+
+def test_root_cause_keeps_only_what_is_stable():
+    summary = torchrun_summary(failure_block(0, 1, *NAN))
     assert dp.root_cause(summary) == "rank 1, FloatingPointError: loss is NaN"  # the exit code races
-    killed = summary.replace("exitcode  : 1 (pid: 4242)", "exitcode  : -9 (pid: 4242)").replace(
-        "  traceback : Traceback", "  traceback : Signal 9 (SIGKILL) received by PID 4242\n  x"
+    killed = summary.replace("exitcode  : 1 (pid: 4243)", "exitcode  : -9 (pid: 4243)").replace(
+        "  traceback : Traceback", "  traceback : Signal 9 (SIGKILL) received by PID 4243\n  x"
     )
     assert "killed by SIGKILL" in dp.root_cause(killed) and "-9" in dp.root_cause(killed)
     with pytest.raises(TypeError):
@@ -87,41 +93,11 @@ Root Cause (first observed failure):
 
 def test_root_cause_passes_over_a_follow_on_failure_that_torchrun_named():
     """Whole-second timestamps: torchrun may name the rank that lost its peer; the peer's own error wins."""
-    summary = """
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-resumable_train.py FAILED
-------------------------------------------------------------
-Failures:
-[1]:
-  time      : 2026-12-01_08:40:11
-  host      : box
-  rank      : 1 (local_rank: 1)
-  exitcode  : 1 (pid: 4243)
-  error_file: /tmp/torchelastic_x/attempt_0/1/error.json
-  traceback : Traceback (most recent call last):
-    File "/work/x.py", line 3, in main
-      raise FloatingPointError("loss is NaN")
-  FloatingPointError: loss is NaN
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-12-01_08:40:11
-  host      : box
-  rank      : 0 (local_rank: 0)
-  exitcode  : 1 (pid: 4242)
-  error_file: /tmp/torchelastic_x/attempt_0/0/error.json
-  traceback : Traceback (most recent call last):
-    File "/work/x.py", line 5, in main
-      dist.barrier()
-  RuntimeError: [../pair.cc:553] Connection closed by peer [127.0.0.1]:33961. GLHF!
-============================================================
-"""
+    summary = torchrun_summary(failure_block(0, 0, *LOST), others=failure_block(1, 1, *NAN))
     assert dp.root_cause(summary) == "rank 1, FloatingPointError: loss is NaN"
-    both_lost = summary.replace('raise FloatingPointError("loss is NaN")', "dist.barrier()").replace(
-        "FloatingPointError: loss is NaN", "RuntimeError: Connection reset by peer"
-    )
-    assert dp.root_cause(both_lost).startswith("rank 0, RuntimeError: [../pair.cc:553] Connection closed by peer")
+    reset = failure_block(1, 1, "dist.barrier()", "RuntimeError: Connection reset by peer")
+    both_lost = torchrun_summary(failure_block(0, 0, *LOST), others=reset)
+    assert dp.root_cause(both_lost) == "rank 0, " + LOST[1]
 
 
 def test_captured_stderr_takes_fd_2_and_drops_the_log_prefix():
