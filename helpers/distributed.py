@@ -13,6 +13,7 @@ group is destroyed, every listener closed and every process joined before a func
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import importlib
@@ -44,6 +45,7 @@ from helpers.launcher import (
     init_group,
     isolated,
     launch,
+    listener,
     listening_addresses,
     rank_main,
     torchrun_standalone,
@@ -193,11 +195,19 @@ def collectives(rank: int, world_size: int) -> dict[str, Any]:
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
     out["all_reduce AVG of rank+1"] = t.tolist()
     t = torch.tensor([rank + 1])  # an integer tensor: AVG would have to round
+    # On a group of its own, used for nothing else: a gloo barrier first waits for the collectives of
+    # its group that are still in progress and re-raises the error of a failed one. On a busy machine
+    # the failed call can still be listed there when the barrier below starts; then one rank fails in
+    # the barrier and the other loses its partner.
+    side = dist.new_group()
     try:
-        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG, group=side)
         out["all_reduce AVG of int rank+1"] = t.tolist()
     except RuntimeError as exc:
         out["all_reduce AVG of int rank+1"] = short_error(exc)
+    finally:
+        with contextlib.suppress(RuntimeError):
+            dist.destroy_process_group(side)
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     out["all_reduce MAX of rank+1"] = t.tolist()
@@ -705,18 +715,25 @@ def uneven_hang(world_size: int = 2, tmpdir: str | None = None, timeout: float =
     if world_size < 2:
         raise ValueError(f"world_size must be >= 2 for an uneven job, got {world_size}")
     outdir = tempfile.mkdtemp(prefix="ddp-", dir=tmpdir)  # the watchdog kills us: the caller removes tmpdir
-    port = free_port()
+    sock = listener()  # listening before the others start: they may connect first and wait
+    port = sock.getsockname()[1]
     ctx = default_context()
     demos = {"uneven_barrier": functools.partial(uneven_rank, ending="barrier")}
     others = [
-        ctx.Process(target=rank_main, args=(r, world_size, demos, port, None, outdir)) for r in range(1, world_size)
+        # sock too: a forked rank inherits it anyway, and rank_main closes it in every rank but 0
+        ctx.Process(target=rank_main, args=(r, world_size, demos, port, None, outdir), kwargs={"listen_socket": sock})
+        for r in range(1, world_size)
     ]
-    for proc in others:
-        proc.start()
+    try:
+        for proc in others:
+            proc.start()
+    except BaseException:
+        sock.close()
+        raise
     torch.set_num_threads(1)
     importlib.import_module("torch._dynamo")  # DDP(...) imports it (slow): do it while the others start up
 
-    init_group(0, world_size, port=port, timeout=timeout)
+    init_group(0, world_size, port=port, timeout=timeout, listen_socket=sock)
     uneven_rank(0, world_size, ending="barrier")  # hangs in dist.barrier()
     for proc in others:
         proc.join(timeout)

@@ -4,7 +4,7 @@ that chapters 05, 06 and 07 share (chapter 05 explains each piece).
 - `launch(demos, world_size)`: start the ranks (the platform's default start method unless told), join
   one process group, run functions `fn(rank, world_size, **kw)` one after another in every rank, and
   return `{rank: {name: result}}`. `failures="report"` waits for every rank and says how each ended.
-- `free_port`, `loopback_store`, `init_group`: a rendezvous that listens on 127.0.0.1 only. torch's
+- `free_port`, `listener`, `loopback_store`, `init_group`: a rendezvous that listens on 127.0.0.1 only. torch's
   `TCPStore` listens on every interface whatever `MASTER_ADDR` says, so rank 0 binds the socket itself
   and hands it over (`master_listen_fd`); gloo is pinned to loopback with `GLOO_SOCKET_IFNAME=lo`.
 - `isolated`, `isolation_available`: run a command in a private network namespace (`unshare -Urn`, only
@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import faulthandler
 import functools
 import json
 import logging
 import os
 import pickle
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -49,6 +51,7 @@ from helpers.validate import positive_int
 __all__ = [
     "LOOPBACK",
     "free_port",
+    "listener",
     "check_rank",
     "check_port",
     "loopback_store",
@@ -80,11 +83,32 @@ def free_port() -> int:
     Asking the OS instead of hard-coding 29500 is what makes a cell re-runnable: a fixed port fails
     with EADDRINUSE while another listener holds it (a job still running, a colleague's, a kernel that
     kept its store). A port left in TIME_WAIT by the last run is no obstacle: a new `TCPStore` binds
-    it at once (notebook 05 checks it). Another program may still take the port before the bind (rare).
+    it at once (notebook 05 checks it). Between the close and the store's own bind, though, another
+    program may take the port; `listener` closes that window, and `launch` uses it. This function is
+    for programs that bind the port themselves (torchrun).
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
+
+
+def listener() -> socket.socket:
+    """A socket already listening on 127.0.0.1, on a port the OS picks: the store's socket, made before
+    any rank starts and handed to rank 0 (the others learn its port).
+
+    With `free_port` the port is free only until it is closed: two jobs started at the same moment can
+    be given the same port, and then one job's ranks join the other's store. A socket that listens from
+    the start cannot be given to anyone else, and other ranks that connect before rank 0 is up simply
+    wait in its queue.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((LOOPBACK, 0))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def check_rank(rank: Any, world_size: Any) -> tuple[int, int]:
@@ -106,12 +130,14 @@ def check_port(port: Any) -> int:
     return port
 
 
-def loopback_store(rank: int, world_size: int, port: int, timeout: float = 30.0) -> Any:
+def loopback_store(
+    rank: int, world_size: int, port: int, timeout: float = 30.0, listen_socket: socket.socket | None = None
+) -> Any:
     """A `TCPStore` that listens on 127.0.0.1 only.
 
-    Rank 0 binds the socket itself and hands it to the store (`master_listen_fd`); left to itself,
-    the store would listen on all interfaces. The other ranks connect to 127.0.0.1:port and retry until
-    rank 0 is up or `timeout` passes.
+    Rank 0 hands the store a socket bound to 127.0.0.1 (`master_listen_fd`): `listen_socket` when given
+    (see `listener`), else one it binds to `port` now; left to itself, the store would listen on all
+    interfaces. The other ranks connect to 127.0.0.1:port and retry until rank 0 is up or `timeout` passes.
     """
     import torch.distributed as dist
 
@@ -120,6 +146,12 @@ def loopback_store(rank: int, world_size: int, port: int, timeout: float = 30.0)
     wait = datetime.timedelta(seconds=timeout)
     if rank != 0:
         return dist.TCPStore(LOOPBACK, port, world_size, False, wait)
+    if listen_socket is not None:
+        if not isinstance(listen_socket, socket.socket):
+            raise TypeError(f"listen_socket must be a socket.socket, got {type(listen_socket).__name__}")
+        if listen_socket.getsockname()[1] != port:
+            raise ValueError(f"listen_socket listens on port {listen_socket.getsockname()[1]}, not {port}")
+        return dist.TCPStore(LOOPBACK, port, world_size, True, wait, master_listen_fd=listen_socket.detach())
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -132,11 +164,17 @@ def loopback_store(rank: int, world_size: int, port: int, timeout: float = 30.0)
 
 
 def init_group(
-    rank: int, world_size: int, port: int | None = None, init_file: str | None = None, timeout: float = 30.0
+    rank: int,
+    world_size: int,
+    port: int | None = None,
+    init_file: str | None = None,
+    timeout: float = 30.0,
+    listen_socket: socket.socket | None = None,
 ) -> None:
     """Join the default gloo process group on this machine, loopback only.
 
-    Exactly one of `port` (a store on 127.0.0.1, see `loopback_store`) and `init_file` (`file://`
+    Exactly one of `port` (a store on 127.0.0.1, see `loopback_store`; rank 0 may bring the store's
+    `listen_socket`, see `listener`) and `init_file` (`file://`
     rendezvous through a file every rank can see and lock, torch's FileStore takes flock locks; nothing
     listens for it; a fresh file for every group) is given. `GLOO_SOCKET_IFNAME=lo` keeps gloo's own connections on the
     loopback device; without it gloo binds to whatever address the host name resolves to.
@@ -153,7 +191,7 @@ def init_group(
             "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size, timeout=wait
         )
     else:
-        store = loopback_store(rank, world_size, check_port(port), timeout)
+        store = loopback_store(rank, world_size, check_port(port), timeout, listen_socket)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
 
 
@@ -200,11 +238,17 @@ def rank_main(
     threads: int = 1,
     env: dict[str, str] | None = None,
     kwargs: dict[str, Any] | None = None,
+    listen_socket: socket.socket | None = None,
 ) -> None:
     """What every launched rank runs: set its threads and environment, join the group, run the demos
-    (results into `outdir/rank<r>.pickle`), destroy the group, and leave. Public for callers that start
-    a rank themselves (e.g. a hang demo whose rank 0 runs in the process the watchdog watches)."""
+    (results into `outdir/rank<r>.pickle`), destroy the group, and leave. Every rank receives the store's
+    `listen_socket` (see `listener`), rank 0 serves on it, the others close their copy. Public for callers
+    that start a rank themselves (e.g. a hang demo whose rank 0 runs in the process the watchdog watches)."""
     torch.set_num_threads(threads)  # first: a forked child of a kernel would hang in OpenMP otherwise
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `launch` asks a rank that hangs for its stacks
+    if listen_socket is not None and rank != 0:
+        listen_socket.close()
+        listen_socket = None
     env = dict(env or {})
     os.environ.update(env)
     import torch.distributed as dist
@@ -212,7 +256,7 @@ def rank_main(
     if "TORCH_DISTRIBUTED_DEBUG" in env:
         dist.set_debug_level_from_env()  # read once, at import: a forked child inherits the parent's level
 
-    init_group(rank, world_size, port=port, init_file=init_file)
+    init_group(rank, world_size, port=port, init_file=init_file, listen_socket=listen_socket)
     try:
         _run_demos(rank, world_size, demos, outdir, dict(kwargs or {}))
     finally:
@@ -229,8 +273,6 @@ def rank_main(
 
 def _exit_text(exitcode: int | None) -> str:
     """How a rank process ended, in words: 'killed by SIGABRT', 'exit code 1'."""
-    import signal
-
     if exitcode is None:
         return "still running"
     if exitcode < 0:
@@ -238,17 +280,45 @@ def _exit_text(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def _join_all(context: Any, timeout: float) -> list[int | None]:
+def _join_all(context: Any, timeout: float, on_timeout: Callable[[], None]) -> list[int | None]:
     """Wait for every rank to end on its own (no stopping the others when one fails, unlike
-    `ProcessContext.join`), for `timeout` seconds in all; then kill what is left: `TimeoutError`."""
+    `ProcessContext.join`), for `timeout` seconds in all; then call `on_timeout`, kill what is left and
+    raise `TimeoutError`."""
     deadline = time.monotonic() + timeout
     for process in context.processes:
         process.join(max(0.0, deadline - time.monotonic()))
     hung = any(process.is_alive() for process in context.processes)
+    if hung:
+        on_timeout()
     codes = stop(context.processes, timeout=0)  # kills what is left, joins everything
     if hung:
         raise TimeoutError(f"spawned processes still running after {timeout:g} s")
     return codes
+
+
+def _dump_stacks(context: Any, hung: list[int]) -> None:
+    """Ask every rank still running for its Python stacks (`rank_main` registered faulthandler on
+    SIGUSR1; they go to the rank's stderr) and note which ranks those were, before they are killed."""
+    for rank, process in enumerate(context.processes):
+        if process.is_alive():
+            hung.append(rank)
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGUSR1)
+    time.sleep(1.0)  # let them write
+
+
+def _progress(outdir: str, names: Sequence[str], hung: Sequence[int]) -> str:
+    """Where each rank that had to be killed was: after which demo, in which one, or leaving."""
+    parts = []
+    for rank in hung:
+        path = os.path.join(outdir, f"rank{rank}.pickle")
+        done = 0
+        if os.path.exists(path):
+            with open(path, "rb") as f, contextlib.suppress(Exception):
+                done = len(pickle.load(f))
+        where = f"in {names[done]!r}" if done < len(names) else "leaving (destroy_process_group or exit)"
+        parts.append(f"rank {rank} had finished {done} of {len(names)} demos and was {where}")
+    return "; ".join(parts)
 
 
 def _interactive_main() -> bool:
@@ -320,7 +390,8 @@ def launch(
     Under spawn and forkserver (the default on macOS and Windows, and on Linux from Python 3.14) every
     function must live in a module; a function defined in a notebook needs `start_method="fork"`.
     One launch runs several demos because each launch costs a process start (1-2.5 s under spawn).
-    `init` is "store" (a TCPStore on 127.0.0.1, a fresh free port per launch) or "file" (`file://`).
+    `init` is "store" (a TCPStore on 127.0.0.1, on a socket that listens before the ranks start, see
+    `listener`) or "file" (`file://`).
     `failures="raise"`: a rank that raises stops the others and its error is re-raised here
     (`ProcessRaisedException`). `failures="report"`: every rank runs to its end, and a rank that did not
     exit cleanly gets the key "exit" ("killed by SIGABRT", "exit code 1") next to the results of the
@@ -341,19 +412,28 @@ def launch(
     method = start_method or default_start_method()
     _check_importable(named, method)
     with tempfile.TemporaryDirectory(prefix="ddp-", dir=tmpdir) as outdir:
-        port = free_port() if init == "store" else None
+        sock = listener() if init == "store" else None
+        port = sock.getsockname()[1] if sock is not None else None
         init_file = os.path.join(outdir, "rendezvous") if init == "file" else None
-        args = (world_size, named, port, init_file, outdir, threads, dict(env or {}), dict(kwargs or {}))
-        context = tmp.start_processes(rank_main, args=args, nprocs=world_size, join=False, start_method=method)
+        args = (world_size, named, port, init_file, outdir, threads, dict(env or {}), dict(kwargs or {}), sock)
+        try:
+            context = tmp.start_processes(rank_main, args=args, nprocs=world_size, join=False, start_method=method)
+        finally:
+            if sock is not None:
+                sock.close()  # every rank has its own copy now; rank 0 serves on it
+        hung: list[int] = []
+        on_timeout = functools.partial(_dump_stacks, context, hung)
         try:
             if failures == "raise":
-                join_spawned(context, timeout)
+                join_spawned(context, timeout, on_timeout)
                 codes: list[int | None] = [0] * world_size
             else:
-                codes = _join_all(context, timeout)
+                codes = _join_all(context, timeout, on_timeout)
         except (tmp.ProcessRaisedException, tmp.ProcessExitedException) as exc:
             _note_other_failures(exc, context)
             raise
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}: {_progress(outdir, list(named), hung)} (stacks above)") from None
         finally:
             _remove_error_files(context)
         results: dict[int, dict[str, Any]] = {}

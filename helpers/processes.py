@@ -8,7 +8,7 @@ deadline, then terminates, then kills.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -50,9 +50,10 @@ def running(procs: Sequence[BaseProcess], timeout: float = 5.0) -> Iterator[Sequ
         stop(procs, timeout)
 
 
-def join_spawned(context: Any, timeout: float) -> None:
+def join_spawned(context: Any, timeout: float, on_timeout: Callable[[], None] | None = None) -> None:
     """`ProcessContext.join` (torch.multiprocessing.spawn / start_processes with join=False) with an
-    overall deadline, since spawn's own join=True waits forever: `TimeoutError` after `timeout` seconds;
+    overall deadline, since spawn's own join=True waits forever: `TimeoutError` after `timeout` seconds,
+    after calling `on_timeout` while the processes still live (e.g. to ask them for their stacks);
     whatever happens, every process of the context is killed if still alive and joined."""
     import time
 
@@ -60,6 +61,8 @@ def join_spawned(context: Any, timeout: float) -> None:
     try:
         while not context.join(timeout=max(0.0, min(0.05, deadline - time.monotonic()))):
             if time.monotonic() >= deadline:
+                if on_timeout is not None:
+                    on_timeout()
                 raise TimeoutError(f"spawned processes still running after {timeout:g} s")
     finally:
         for process in context.processes:

@@ -98,6 +98,12 @@ def test_init_group_and_store_reject_bad_arguments():
         launcher.loopback_store(0, 1, 70000)
     with pytest.raises(TypeError, match="port"):
         launcher.check_port("80")
+    with pytest.raises(TypeError, match="listen_socket"):
+        launcher.loopback_store(0, 1, 1234, listen_socket=1234)
+    with launcher.listener() as sock:
+        port = sock.getsockname()[1]
+        with pytest.raises(ValueError, match=f"listen_socket listens on port {port}, not"):
+            launcher.loopback_store(0, 1, port + 1 if port < 65535 else port - 1, listen_socket=sock)
 
 
 def test_free_port_is_free_and_on_loopback():
@@ -105,6 +111,51 @@ def test_free_port_is_free_and_on_loopback():
     assert 0 < port < 65536
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_a_store_on_a_listener_takes_connections_made_before_it_starts():
+    """The window `free_port` leaves open (two jobs given one port) is closed by a socket that listens
+    before any rank starts: a client that connects first waits in its queue until the store serves it."""
+    import threading
+
+    import torch.distributed as dist
+
+    sock = launcher.listener()
+    port = sock.getsockname()[1]
+    with pytest.raises(OSError), socket.socket() as other:  # nobody else can have the port now
+        other.bind(("127.0.0.1", port))
+    got = []
+    client = threading.Thread(target=lambda: got.append(launcher.loopback_store(1, 2, port, timeout=10).get("k")))
+    client.start()
+    time.sleep(0.3)  # the client is connected (or retrying) before the store exists
+    store = launcher.loopback_store(0, 2, port, timeout=10, listen_socket=sock)
+    store.set("k", "v")
+    client.join(10)
+    assert got == [b"v"] and sock.fileno() == -1  # the store owns the socket now
+    assert isinstance(store, dist.TCPStore)
+    del store
+
+
+@needs_fork
+def test_launch_listens_on_the_store_port_before_any_rank_starts(monkeypatch):
+    import torch.multiprocessing
+
+    real = torch.multiprocessing.start_processes
+    seen = []
+
+    def checking_start(fn, args, **kwargs):
+        port, sock = args[2], args[-1]
+        seen.append((sock.getsockname(), launcher.listening_addresses(tree=False)))
+        assert sock.getsockname() == ("127.0.0.1", port)
+        return real(fn, args=args, **kwargs)
+
+    monkeypatch.setattr(torch.multiprocessing, "start_processes", checking_start)
+    assert launcher.launch([_rank_and_size], 2, start_method="fork") == {
+        0: {"_rank_and_size": 2},
+        1: {"_rank_and_size": 12},
+    }
+    assert seen and seen[0][1] == ["127.0.0.1"]
+    assert launcher.listening_addresses(tree=False) == []  # the parent's copy is closed
 
 
 def test_loopback_store_listens_on_127_only():
@@ -208,7 +259,7 @@ def test_launch_reports_a_rank_killed_by_a_signal():
 
 
 @needs_fork
-def test_launch_times_out():
+def test_launch_times_out_and_says_where_each_rank_was(capfd):
     def stuck(rank, world_size):
         import torch.distributed as dist
 
@@ -217,10 +268,16 @@ def test_launch_times_out():
         dist.barrier()
         return rank
 
-    with pytest.raises(TimeoutError):
-        launcher.launch([stuck], 2, start_method="fork", timeout=2)
-    with pytest.raises(TimeoutError):
-        launcher.launch([stuck], 2, start_method="fork", failures="report", timeout=2)
+    where = (
+        r"after 2 s: rank 0 had finished 1 of 2 demos and was in 'stuck'; "
+        r"rank 1 had finished 1 of 2 demos and was in 'stuck' \(stacks above\)"
+    )
+    for failures in ("raise", "report"):
+        with pytest.raises(TimeoutError, match=where):
+            launcher.launch([_rank_and_size, stuck], 2, start_method="fork", failures=failures, timeout=2)
+        stacks = capfd.readouterr().err
+        assert "in stuck" in stacks and "time.sleep(60)" not in stacks  # faulthandler: function names
+        assert stacks.count("Current thread") + stacks.count("Thread 0x") >= 2  # both ranks answered
 
 
 @needs_fork
