@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +113,49 @@ def _counts(log: str) -> dict[str, int]:
     return total
 
 
+@dataclass
+class Job:
+    """One command of a pass or of the unit-test pass, with its environment and the file its output goes to."""
+
+    name: str
+    cmd: list[str]
+    env: dict[str, str]
+    log: Path
+
+
+def run_jobs(jobs: list[Job], limit: int, finished: Callable[[Job, int, float], None], announce: bool = False) -> None:
+    """Run `jobs` in the order given, at most `limit` at a time, and call `finished(job, exit code,
+    seconds)` as each one ends. With `announce`, say when each starts and, every minute, which are still
+    running. Whatever happens (Ctrl-C, an error in `finished`), no job is left running."""
+    pending = list(jobs)
+    running: list[tuple[Job, subprocess.Popen[bytes], float]] = []
+    t_all = last_note = time.monotonic()
+    try:
+        while pending or running:
+            while pending and len(running) < limit:
+                job = pending.pop(0)
+                with job.log.open("wb") as out:
+                    proc = subprocess.Popen(job.cmd, cwd=ROOT, env=job.env, stdout=out, stderr=subprocess.STDOUT)
+                running.append((job, proc, time.monotonic()))
+                if announce:
+                    print(f"passes: started '{job.name}'", flush=True)
+            done = [entry for entry in running if entry[1].poll() is not None]
+            for entry in done:
+                running.remove(entry)
+                finished(entry[0], entry[1].returncode, time.monotonic() - entry[2])
+            if announce and running and time.monotonic() - last_note > 60:
+                names = ", ".join(f"'{entry[0].name}'" for entry in running)
+                print(f"passes: still running after {(time.monotonic() - t_all) / 60:.0f} min: {names}", flush=True)
+                last_note = time.monotonic()
+            if not done:
+                time.sleep(0.2)
+    finally:
+        for _, proc, _ in running:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
 def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None) -> int:
     """Run each tests/test_*.py in a pytest process of its own, `jobs` at a time; 1 if any failed.
 
@@ -123,40 +167,24 @@ def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None)
     if prefix is None:
         jobs = 1
     base = Path(tempfile.mkdtemp(prefix="unit-", dir=os.environ.get("TMPDIR")))
-    running: list[tuple[subprocess.Popen[bytes], Path]] = []
     worst = 0
 
-    def finish(proc: subprocess.Popen[bytes], log: Path) -> None:
+    def finished(job: Job, code: int, seconds: float) -> None:
         nonlocal worst
-        if proc.wait() not in (0, 5):  # 5: no test collected
+        if code not in (0, 5):  # 5: no test collected
             worst = 1
-        sys.stdout.write(log.read_text(errors="replace"))
+        sys.stdout.write(job.log.read_text(errors="replace"))
         sys.stdout.flush()
 
+    todo = []
+    for i, path in enumerate(files):
+        tmpdir = base / f"tmp{i}"
+        tmpdir.mkdir()
+        cmd = [*(prefix or []), sys.executable, "-m", "pytest", str(path.relative_to(ROOT)), *extra]
+        todo.append(Job(path.name, cmd, {**os.environ, "TMPDIR": str(tmpdir)}, base / f"{path.stem}.log"))
     try:
-        for i, path in enumerate(files):
-            while len(running) >= jobs:
-                done = [entry for entry in running if entry[0].poll() is not None]
-                for entry in done:
-                    running.remove(entry)
-                    finish(*entry)
-                if not done:
-                    time.sleep(0.2)
-            tmpdir = base / f"tmp{i}"
-            tmpdir.mkdir()
-            log = base / f"{path.stem}.log"
-            cmd = [*(prefix or []), sys.executable, "-m", "pytest", str(path.relative_to(ROOT)), *extra]
-            with log.open("wb") as out:
-                env = {**os.environ, "TMPDIR": str(tmpdir)}
-                proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-            running.append((proc, log))
-        for entry in running:
-            finish(*entry)
-        running.clear()
+        run_jobs(todo, jobs, finished)
     finally:
-        for proc, _ in running:
-            proc.kill()
-            proc.wait()
         shutil.rmtree(base, ignore_errors=True)
     return worst
 
@@ -164,57 +192,27 @@ def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None)
 def run(passes: list[Pass], prefix: list[str] | None, extra: list[str]) -> int:
     """Start every pass (all at once when `prefix` isolates them, else one by one); return the exit code."""
     base = Path(tempfile.mkdtemp(prefix="passes-"))
-    started: list[tuple[Pass, subprocess.Popen[bytes], Path, float]] = []
     results: list[tuple[Pass, int, float, dict[str, int]]] = []
     print(f"passes: {len(passes)} pass(es), " + ("side by side" if prefix else "one after another"), flush=True)
+    by_name = {p.name: p for p in passes}
 
-    def start(i: int, p: Pass) -> None:
-        log = base / f"pass{i}.log"
+    def finished(job: Job, code: int, seconds: float) -> None:
+        text = job.log.read_text(errors="replace")
+        print(f"\n{'=' * 30} pass '{job.name}': exit {code} after {seconds / 60:.1f} min {'=' * 30}", flush=True)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        results.append((by_name[job.name], code, seconds, _counts(text)))
+
+    todo = []
+    for i, p in enumerate(passes):
         tmpdir = base / f"tmp{i}"
         tmpdir.mkdir()
         cmd = [*(prefix or []), sys.executable, *p.args, *extra]
-        out = log.open("wb")
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=_env_for(p, str(tmpdir)), stdout=out, stderr=subprocess.STDOUT)
-        out.close()
-        started.append((p, proc, log, time.monotonic()))
-        print(f"passes: started '{p.name}'", flush=True)
-
-    def finish(entry: tuple[Pass, subprocess.Popen[bytes], Path, float]) -> None:
-        p, proc, log, t0 = entry
-        code = proc.wait()
-        seconds = time.monotonic() - t0
-        text = log.read_text(errors="replace")
-        print(f"\n{'=' * 30} pass '{p.name}': exit {code} after {seconds / 60:.1f} min {'=' * 30}", flush=True)
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        results.append((p, code, seconds, _counts(text)))
-
+        todo.append(Job(p.name, cmd, _env_for(p, str(tmpdir)), base / f"pass{i}.log"))
     t_all = time.monotonic()
     try:
-        if prefix:
-            for i, p in enumerate(passes):
-                start(i, p)
-            pending = list(started)
-            last_note = time.monotonic()
-            while pending:
-                for entry in list(pending):
-                    if entry[1].poll() is not None:
-                        pending.remove(entry)
-                        finish(entry)
-                if pending and time.monotonic() - last_note > 60:
-                    names = ", ".join(f"'{e[0].name}'" for e in pending)
-                    print(f"passes: still running after {(time.monotonic() - t_all) / 60:.0f} min: {names}", flush=True)
-                    last_note = time.monotonic()
-                time.sleep(0.5)
-        else:
-            for i, p in enumerate(passes):
-                start(i, p)
-                finish(started[-1])
+        run_jobs(todo, len(todo) if prefix else 1, finished, announce=True)
     finally:
-        for _, proc, _, _ in started:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
         shutil.rmtree(base, ignore_errors=True)
     return _report(results, time.monotonic() - t_all)
 

@@ -1,0 +1,47 @@
+"""Unit tests of tests/passes.py, the runner of `make test`: its scheduler starts no more jobs than
+allowed, reports each one, leaves none running when something goes wrong, and adds up pytest's counts."""
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+_spec = importlib.util.spec_from_file_location("passes", Path(__file__).with_name("passes.py"))
+passes = sys.modules.setdefault("passes", importlib.util.module_from_spec(_spec))  # dataclasses look it up
+_spec.loader.exec_module(passes)
+
+
+def _job(tmp_path, name, code):
+    return passes.Job(name, [sys.executable, "-c", code], {}, tmp_path / f"{name}.log")
+
+
+def test_run_jobs_keeps_the_limit_and_reports_every_job(tmp_path):
+    stamp = "import sys, time; print(time.time()); time.sleep(0.5); print(time.time()); sys.exit({})"
+    jobs = [_job(tmp_path, f"j{i}", stamp.format(i)) for i in range(3)]
+    seen = []
+    passes.run_jobs(jobs, 2, lambda job, code, secs: seen.append((job.name, code, job.log.read_text().split())))
+    assert sorted(name for name, _, _ in seen) == ["j0", "j1", "j2"]
+    assert {name: code for name, code, _ in seen} == {"j0": 0, "j1": 1, "j2": 2}
+    spans = sorted((float(a), float(b)) for _, _, (a, b) in seen)
+    assert spans[2][0] >= min(spans[0][1], spans[1][1]) - 0.05  # the third started after one had ended
+
+
+def test_run_jobs_leaves_nothing_running_when_a_report_fails(tmp_path):
+    jobs = [_job(tmp_path, "quick", "pass"), _job(tmp_path, "slow", "import time; time.sleep(60)")]
+
+    def finished(job, code, seconds):
+        raise RuntimeError("the report failed")
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="the report failed"):
+        passes.run_jobs(jobs, 2, finished)
+    assert time.monotonic() - started < 30
+    assert [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_counts_add_up_every_pytest_summary():
+    log = "==== 3 passed, 1 failed in 2.0s ====\n...\n==== 2 passed, 1 skipped in 1.0s ====\n"
+    assert passes._counts(log) == {"passed": 5, "failed": 1, "skipped": 1}
