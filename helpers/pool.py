@@ -1426,7 +1426,11 @@ def oom_kill(limit_mb: int = 64, step_mb: int = 4, use_cgroup: bool = True, star
         child.start()
         watched = psutil.Process(child.pid)
         if cgroup is not None:
-            Path(cgroup, "cgroup.procs").write_text(str(child.pid))
+            try:
+                Path(cgroup, "cgroup.procs").write_text(str(child.pid))
+            except OSError:  # the kernel refused the move (cgroup v2 allows it only within a delegated tree)
+                _remove_cgroup(cgroup)
+                cgroup = None
         start_rss = watched.memory_info().rss
         go.release()
         deadline = time.monotonic() + _WAIT

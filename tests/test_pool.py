@@ -522,6 +522,25 @@ def test_an_oom_kill_is_sigkill_after_the_memory_grew(use_cgroup):
         assert not [p for p in os.listdir(pools.memory_cgroup_parent()) if p.startswith("course-oom-")]
 
 
+def test_a_v2_memory_cgroup_gets_its_limit_and_no_swap(monkeypatch, tmp_path):
+    """This machine has cgroup v1 only: the v2 branch is checked on a folder that looks like one."""
+    monkeypatch.setattr(pools, "memory_cgroup_parent", lambda: str(tmp_path))
+    folder = pools._make_memory_cgroup(64)
+    assert folder == str(tmp_path / f"course-oom-{os.getpid()}")
+    assert (tmp_path / os.path.basename(folder) / "memory.max").read_text() == str(64 * 1024 * 1024)
+    assert (tmp_path / os.path.basename(folder) / "memory.swap.max").read_text() == "0"
+
+
+def test_an_oom_kill_falls_back_to_the_watcher_when_the_kernel_refuses_the_move(monkeypatch, tmp_path):
+    refusing = tmp_path / "refusing"
+    (refusing / "cgroup.procs").mkdir(parents=True)  # writing the pid fails, as the kernel may refuse it
+    monkeypatch.setattr(pools, "_make_memory_cgroup", lambda limit_mb: str(refusing))
+    monkeypatch.setattr(pools, "_remove_cgroup", lambda folder: None)
+    run = pools.oom_kill(limit_mb=64, step_mb=4)
+    assert run.killer == "a watcher in this process"
+    assert run.exitcode == -9 and run.grown_mb < 4 * 64
+
+
 def test_oom_kill_arguments_are_checked():
     with pytest.raises(ValueError, match="limit_mb"):
         pools.oom_kill(limit_mb=8)
