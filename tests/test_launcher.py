@@ -280,6 +280,43 @@ def test_launch_times_out_and_says_where_each_rank_was(capfd):
         assert stacks.count("Current thread") + stacks.count("Thread 0x") >= 2  # both ranks answered
 
 
+def _flaky_setup(monkeypatch, tmp_path, failing_starts):
+    """Make rank 1's `init_group` fail as gloo's connection setup does, in its first `failing_starts` starts."""
+    real = launcher.init_group
+
+    def init_group(rank, world_size, **kwargs):
+        starts = tmp_path / f"starts{rank}"
+        with starts.open("a") as f:
+            f.write("x")
+        if rank == 1 and len(starts.read_text()) <= failing_starts:
+            raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:1")
+        return real(rank, world_size, **kwargs)
+
+    monkeypatch.setattr(launcher, "init_group", init_group)  # forked ranks see it too
+
+
+@needs_fork
+@pytest.mark.parametrize("failures", ["raise", "report"])
+def test_launch_starts_the_group_again_when_gloo_setup_fails(monkeypatch, tmp_path, failures):
+    _flaky_setup(monkeypatch, tmp_path, failing_starts=1)  # leaves one spare start for a real flake
+    got = launcher.launch([_rank_and_size], 2, start_method="fork", failures=failures)
+    assert got == {0: {"_rank_and_size": 2}, 1: {"_rank_and_size": 12}}
+    assert (tmp_path / "starts1").read_text() in ("xx", "xxx")
+
+
+@needs_fork
+def test_launch_raises_or_reports_a_third_gloo_setup_failure(monkeypatch, tmp_path):
+    _flaky_setup(monkeypatch, tmp_path, failing_starts=3)
+    with pytest.raises(torch.multiprocessing.ProcessRaisedException, match="Gloo connectFullMesh failed"):
+        launcher.launch([_rank_and_size], 2, start_method="fork", timeout=20)
+    (tmp_path / "starts1").unlink()
+    started = time.monotonic()
+    got = launcher.launch([_rank_and_size], 2, start_method="fork", failures="report", timeout=20)
+    assert got[1] == {"exit": "exit code 1"} and (tmp_path / "starts1").read_text() == "xxx"
+    assert got[0] == {"exit": "killed by SIGTERM"}  # stopped at once: it would wait for rank 1 for 30 s
+    assert time.monotonic() - started < 10
+
+
 @needs_fork
 def test_launch_threads_and_env():
     def probe(rank, world_size):
