@@ -565,19 +565,21 @@ class ShardedStream(torch.utils.data.IterableDataset):
 
 
 def sharded_stream(rank: int, world_size: int, n: int = 24, workers: int = 2) -> dict[str, Any]:
-    """Every rank reads a `ShardedStream` through a DataLoader with `workers` workers (forked from the rank
-    where fork exists: cheap, and the rank runs one torch thread); gathered over ranks, how often each
-    sample was seen, with the right sharding and with ranks only."""
-    import multiprocessing as mp
+    """Every rank reads a `ShardedStream` through a DataLoader with `workers` workers; gathered over ranks,
+    how often each sample was seen, with the right sharding and with ranks only.
 
+    The workers are spawned, not forked: a rank runs gloo's threads (and rank 0 the store's), and a child
+    forked from it inherits any lock one of them held at that moment, forever (notebook 06). With forked
+    workers, rank 0 hung in this function once in the course's test runs (spawned ranks, a busy machine;
+    rank 1 had given up at its collective timeout), too rarely to catch which lock; a spawned worker is a
+    fresh interpreter and inherits none."""
     import torch.distributed as dist
     from torch.utils.data import DataLoader
 
-    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     out: dict[str, Any] = {}
     for name, by_rank_only in (("rank x workers", False), ("ranks only", True)):
         stream = ShardedStream(n, rank, world_size, by_rank_only=by_rank_only)
-        loader = DataLoader(stream, batch_size=None, num_workers=workers, multiprocessing_context=method)
+        loader = DataLoader(stream, batch_size=None, num_workers=workers, multiprocessing_context="spawn")
         seen = [int(i) for i in loader]
         everyone: list[Any] = [None] * world_size
         dist.all_gather_object(everyone, seen)

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
 import signal
 import socket
@@ -246,7 +247,7 @@ def rank_main(
     `listen_socket` (see `listener`), rank 0 serves on it, the others close their copy. Public for callers
     that start a rank themselves (e.g. a hang demo whose rank 0 runs in the process the watchdog watches)."""
     torch.set_num_threads(threads)  # first: a forked child of a kernel would hang in OpenMP otherwise
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `launch` asks a rank that hangs for its stacks
+    _answer_stack_requests(outdir, rank)
     if listen_socket is not None and rank != 0:
         listen_socket.close()
         listen_socket = None
@@ -275,6 +276,17 @@ def rank_main(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _answer_stack_requests(outdir: str, rank: int) -> None:
+    """On SIGUSR1, write every thread's Python stack to `outdir/rank<r>.stacks` (appending: the DataLoader
+    workers this rank forks inherit the handler and the file, and answer the same request)."""
+    stacks = open(os.path.join(outdir, f"rank{rank}.stacks"), "a")  # noqa: SIM115 - lives as long as the rank
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    _STACK_FILES.append(stacks)  # keep it open
+
+
+_STACK_FILES: list[Any] = []
 
 
 def _exit_text(exitcode: int | None) -> str:
@@ -308,16 +320,68 @@ def _join_all(
     return codes
 
 
-def _dump_stacks(context: Any, hung: list[int]) -> None:
-    """Ask every rank still running for its Python stacks (`rank_main` registered faulthandler on
-    SIGUSR1; they go to the rank's stderr), one rank after another so that they do not interleave, and
-    note which ranks those were, before they are killed."""
+def _dump_stacks(context: Any, hung: list[int], outdir: str) -> None:
+    """Ask every rank still running, and then each of its children (DataLoader workers), for their Python
+    stacks, one process after another so that they do not interleave, and note which ranks were still
+    running, before they are all killed. Each answer goes under a heading in `outdir/rank<r>.stacks`."""
+    import psutil
+
     for rank, process in enumerate(context.processes):
-        if process.is_alive():
-            hung.append(rank)
+        if not process.is_alive():
+            continue
+        hung.append(rank)
+        try:
+            children = psutil.Process(process.pid).children(recursive=True)
+        except psutil.Error:
+            children = []
+        for pid, role in [(process.pid, f"rank {rank}"), *((c.pid, f"rank {rank}'s child") for c in children)]:
+            with open(os.path.join(outdir, f"rank{rank}.stacks"), "a") as f:
+                f.write(f"{_STACK_HEADING}{role}, pid {pid}\n")
             with contextlib.suppress(OSError):
-                os.kill(process.pid, signal.SIGUSR1)
+                os.kill(pid, signal.SIGUSR1)
             time.sleep(0.5)  # let it write
+
+
+def _stop_hung(context: Any, hung: list[int], outdir: str) -> None:
+    """What `launch` does when its time is up: take the stacks of the ranks still running and of their
+    children, then kill those children (a DataLoader worker busy in its dataset does not notice that its
+    rank has gone, and would outlive the launch). The ranks themselves are left to `stop`: only their
+    parent may reap them, or multiprocessing would think them still running."""
+    import psutil
+
+    _dump_stacks(context, hung, outdir)
+    for rank in hung:
+        with contextlib.suppress(psutil.Error):
+            below = psutil.Process(context.processes[rank].pid).children(recursive=True)
+            for child in below:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+            psutil.wait_procs(below, timeout=5)
+
+
+_STACK_HEADING = "=== stacks of "
+_STACK_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+
+
+def _stack_summary(outdir: str, hung: Sequence[int], frames: int = 6) -> str:
+    """The innermost `frames` frames of the thread each hung process was running when asked (faulthandler's
+    "Current thread"), one line per process: enough to see where a hang sits in a log that shows only the
+    error message (nbval shows no stream output of a failing cell)."""
+    lines = []
+    for rank in hung:
+        path = os.path.join(outdir, f"rank{rank}.stacks")
+        text = Path(path).read_text(errors="replace") if os.path.exists(path) else ""
+        for section in text.split(_STACK_HEADING)[1:]:
+            heading, _, body = section.partition("\n")
+            current = body.split("Current thread", 1)[1] if "Current thread" in body else ""
+            found = [_STACK_FRAME.match(line) for line in current.splitlines()[1:]]
+            calls = []
+            for match in found:
+                if match is None:
+                    break
+                calls.append(f"{match.group(3)} ({os.path.basename(match.group(1))}:{match.group(2)})")
+            lines.append(f"{heading}: {' < '.join(calls[:frames]) or 'no stack (it did not answer)'}")
+    return "\n".join(lines)
 
 
 def _progress(outdir: str, names: Sequence[str], hung: Sequence[int]) -> str:
@@ -476,7 +540,7 @@ def _launch_once(
         if sock is not None:
             sock.close()  # every rank has its own copy now; rank 0 serves on it
     hung: list[int] = []
-    on_timeout = functools.partial(_dump_stacks, context, hung)
+    on_timeout = functools.partial(_stop_hung, context, hung, outdir)
     setup_failed = functools.partial(glob.glob, os.path.join(outdir, "*.setup-failed"))
     try:
         if failures == "raise":
@@ -491,7 +555,10 @@ def _launch_once(
         raise
     except TimeoutError:
         where = _progress(outdir, list(named), hung)
-        raise TimeoutError(f"spawned processes still running after {total:g} s: {where} (stacks above)") from None
+        stacks = _stack_summary(outdir, hung)
+        raise TimeoutError(
+            f"spawned processes still running after {total:g} s: {where}; innermost call first:\n{stacks}"
+        ) from None
     finally:
         _remove_error_files(context)
     if retry and setup_failed():
