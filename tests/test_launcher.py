@@ -302,8 +302,14 @@ def test_a_timed_out_launch_shows_the_stacks_of_a_rank_s_dataloader_worker():
     assert len(workers) >= 2 and all("__getitem__ (test_launcher.py:" in line for line in workers), lines
 
 
-def _flaky_setup(monkeypatch, tmp_path, failing_starts):
-    """Make rank 1's `init_group` fail as gloo's connection setup does, in its first `failing_starts` starts."""
+GLOO_SETUP_FLAKE = RuntimeError(
+    "Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:1"
+)
+
+
+def _flaky_setup(monkeypatch, tmp_path, failing_starts, error=GLOO_SETUP_FLAKE):
+    """Make rank 1's `init_group` fail with `error`, as joining the group sometimes does on a busy machine,
+    in its first `failing_starts` starts."""
     real = launcher.init_group
 
     def init_group(rank, world_size, **kwargs):
@@ -311,19 +317,33 @@ def _flaky_setup(monkeypatch, tmp_path, failing_starts):
         with starts.open("a") as f:
             f.write("x")
         if rank == 1 and len(starts.read_text()) <= failing_starts:
-            raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:1")
+            raise error
         return real(rank, world_size, **kwargs)
 
     monkeypatch.setattr(launcher, "init_group", init_group)  # forked ranks see it too
 
 
+STORE_FLAKE = torch.distributed.DistNetworkError(
+    "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?"
+)
+
+
 @needs_fork
+@pytest.mark.parametrize("error", [GLOO_SETUP_FLAKE, STORE_FLAKE], ids=["gloo-setup", "store-recv"])
 @pytest.mark.parametrize("failures", ["raise", "report"])
-def test_launch_starts_the_group_again_when_gloo_setup_fails(monkeypatch, tmp_path, failures):
-    _flaky_setup(monkeypatch, tmp_path, failing_starts=1)  # leaves one spare start for a real flake
+def test_launch_starts_the_group_again_when_joining_it_fails(monkeypatch, tmp_path, failures, error):
+    _flaky_setup(monkeypatch, tmp_path, failing_starts=1, error=error)  # leaves one spare start for a real flake
     got = launcher.launch([_rank_and_size], 2, start_method="fork", failures=failures)
     assert got == {0: {"_rank_and_size": 2}, 1: {"_rank_and_size": 12}}
     assert (tmp_path / "starts1").read_text() in ("xx", "xxx")
+
+
+@needs_fork
+def test_launch_does_not_start_again_after_a_mistake_in_the_call(monkeypatch, tmp_path):
+    _flaky_setup(monkeypatch, tmp_path, failing_starts=3, error=ValueError("rank must be ..."))
+    with pytest.raises(torch.multiprocessing.ProcessRaisedException, match="rank must be"):
+        launcher.launch([_rank_and_size], 2, start_method="fork", timeout=20)
+    assert (tmp_path / "starts1").read_text() == "x"
 
 
 @needs_fork
