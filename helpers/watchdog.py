@@ -201,8 +201,10 @@ def _release_resources(workdir: Path, shared_tracker: bool) -> None:
 
 _SHM = Path("/dev/shm")
 # multiprocessing's named semaphores and SharedMemory blocks, and glibc's temporary sem.XXXXXX, which
-# sem_open creates, writes and maps before it links the semaphore to its name and unlinks the temporary one.
+# sem_open writes and maps before it links the semaphore to its name and unlinks the temporary one.
 _MP_NAMES = ("sem.mp-*", "psm_*", "sem.??????")
+_GLIBC_TEMP = re.compile(r"sem\.[A-Za-z0-9]{6}")
+_TEMP_AGE = 0.2  # seconds: a live sem_open holds its temporary name for microseconds
 
 
 def multiprocessing_names() -> set[str]:
@@ -211,34 +213,18 @@ def multiprocessing_names() -> set[str]:
     return {path.name for pattern in _MP_NAMES for path in _SHM.glob(pattern)}
 
 
-def _held_inodes() -> set[int]:
-    """Inodes of every /dev/shm file some process still maps or has open.
-
-    A live semaphore or shared block is mapped by the process holding its object. A name being made is
-    held too, from its first moment: sem_open and shm_open keep a descriptor open until the mapping
-    exists, so a process paused by the scheduler half-way through is still seen (an age limit would not
-    see it on a busy machine).
-    """
-    inodes: set[int] = set()
-    try:
-        shm_device = _SHM.stat().st_dev
-    except OSError:
-        return inodes
-    for proc in Path("/proc").glob("[0-9]*"):
+def _mapped_inodes() -> set[int]:
+    """Inodes of every /dev/shm file some process still maps (a live semaphore or block is mapped)."""
+    inodes = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
         try:
-            text = (proc / "maps").read_text()
-            descriptors = list((proc / "fd").iterdir())
+            text = maps.read_text()
         except OSError:
             continue
         for line in text.splitlines():
             fields = line.split(maxsplit=5)
             if len(fields) == 6 and fields[5].startswith("/dev/shm/"):
                 inodes.add(int(fields[4]))
-        for fd in descriptors:
-            with contextlib.suppress(OSError):
-                info = fd.stat()
-                if info.st_dev == shm_device:
-                    inodes.add(info.st_ino)
     return inodes
 
 
@@ -247,18 +233,31 @@ def remove_orphans(before: set[str]) -> None:
 
     The log of `_record_resources` misses names that a spawn grandchild created while it was being
     killed (it has a fresh interpreter, without our hook), and a tracker shared with the kernel only
-    cleans up when the kernel exits. A name no process maps or has open can never be used again, so
-    this cannot remove another program's live object, even one that is being created right now.
+    cleans up when the kernel exits. A name no process maps can never be used again: every live
+    semaphore or shared block is mapped by the process holding its object, so this cannot remove
+    another program's live object. A glibc temporary name still there after `_TEMP_AGE` seconds belongs
+    to a sem_open that was killed halfway.
     """
     new = multiprocessing_names() - before
     if not new:
         return
-    held = _held_inodes()
+    temps = {name for name in new if _GLIBC_TEMP.fullmatch(name)}
+    if temps:
+        youngest = min((_age(_SHM / name) for name in temps), default=_TEMP_AGE)
+        time.sleep(max(0.0, _TEMP_AGE - youngest))  # every temporary name at least _TEMP_AGE old
+    mapped = _mapped_inodes()
     for name in new:
         path = _SHM / name
         with contextlib.suppress(OSError):
-            if path.stat().st_ino not in held:
+            if name in temps or path.stat().st_ino not in mapped:
                 path.unlink()
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return _TEMP_AGE
 
 
 def _child_main(workdir: str, payload: Any, pickled: bool, timeout: float) -> None:
