@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import pickle
-import re
 import shutil
 import signal
 import socket
@@ -49,6 +48,7 @@ from helpers.environment import default_start_method
 from helpers.errors import clean, error_line, short_error
 from helpers.processes import join_spawned, stop
 from helpers.validate import positive_int
+from helpers.watchdog import FAULTHANDLER_FRAME
 
 __all__ = [
     "LOOPBACK",
@@ -359,7 +359,6 @@ def _stop_hung(context: Any, hung: list[int], outdir: str) -> None:
 
 
 _STACK_HEADING = "=== stacks of "
-_STACK_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
 
 
 def _stack_summary(outdir: str, hung: Sequence[int], frames: int = 6) -> str:
@@ -373,7 +372,7 @@ def _stack_summary(outdir: str, hung: Sequence[int], frames: int = 6) -> str:
         for section in text.split(_STACK_HEADING)[1:]:
             heading, _, body = section.partition("\n")
             current = body.split("Current thread", 1)[1] if "Current thread" in body else ""
-            found = [_STACK_FRAME.match(line) for line in current.splitlines()[1:]]
+            found = [FAULTHANDLER_FRAME.match(line) for line in current.splitlines()[1:]]
             calls = []
             for match in found:
                 if match is None:
