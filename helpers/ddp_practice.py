@@ -62,7 +62,6 @@ __all__ = [
     "buffers_and_batchnorm",
     "evaluation",
     "ShardedStream",
-    "sharded_stream",
     "monitored",
     "missing_one",
     "missing_zero",
@@ -547,12 +546,16 @@ def evaluation(rank: int, world_size: int, samples: int = 11) -> dict[str, Any]:
 
 class ShardedStream(torch.utils.data.IterableDataset):
     """A stream of `n` numbers, sharded over ranks and DataLoader workers: shard = rank x workers + worker
-    id, out of world size x workers. The rank is read here, in the rank's process, and the worker id in
-    the worker (under spawn a worker has no process group to ask). `by_rank_only` is the common bug."""
+    id, out of world size x workers. The rank is given to the constructor, in the rank's process, and the
+    worker id is read in the worker (a spawned worker has no process group to ask). `by_rank_only` is the
+    common bug."""
 
     def __init__(self, n: int, rank: int, world_size: int, by_rank_only: bool = False) -> None:
         self.n = positive_int("n", n)
-        self.rank, self.world_size = rank, positive_int("world_size", world_size)
+        self.world_size = positive_int("world_size", world_size)
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
+            raise ValueError(f"rank must be an int from 0 to world_size - 1 ({world_size - 1}), got {rank!r}")
+        self.rank = rank
         self.by_rank_only = by_rank_only
 
     def __iter__(self) -> Iterator[int]:
@@ -562,30 +565,6 @@ class ShardedStream(torch.utils.data.IterableDataset):
             workers, worker = 1, 0
         shard, shards = self.rank * workers + worker, self.world_size * workers
         yield from range(shard, self.n, shards)
-
-
-def sharded_stream(rank: int, world_size: int, n: int = 24, workers: int = 2) -> dict[str, Any]:
-    """Every rank reads a `ShardedStream` through a DataLoader with `workers` workers; gathered over ranks,
-    how often each sample was seen, with the right sharding and with ranks only.
-
-    The workers are spawned, not forked: a rank runs gloo's threads (and rank 0 the store's), and a child
-    forked from it inherits any lock one of them held at that moment, forever (notebook 06). With forked
-    workers, rank 0 hung in this function once in the course's test runs (spawned ranks, a busy machine;
-    rank 1 had given up at its collective timeout), too rarely to catch which lock; a spawned worker is a
-    fresh interpreter and inherits none."""
-    import torch.distributed as dist
-    from torch.utils.data import DataLoader
-
-    out: dict[str, Any] = {}
-    for name, by_rank_only in (("rank x workers", False), ("ranks only", True)):
-        stream = ShardedStream(n, rank, world_size, by_rank_only=by_rank_only)
-        loader = DataLoader(stream, batch_size=None, num_workers=workers, multiprocessing_context="spawn")
-        seen = [int(i) for i in loader]
-        everyone: list[Any] = [None] * world_size
-        dist.all_gather_object(everyone, seen)
-        counts = sorted({sum(part.count(i) for part in everyone) for i in range(n)})
-        out[name] = {"this rank": sorted(seen), "times each sample was seen": counts}
-    return out
 
 
 # ------------------------------------------------------------------------------- 7. missing ranks

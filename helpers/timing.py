@@ -149,7 +149,7 @@ def read_ratio(label: str, ratio: float, limit: float | None, load: Load | None 
         raise ValueError(f"ratio must be a finite number >= 0, got {ratio!r}")
     if limit is not None and (not isinstance(limit, (int, float)) or isinstance(limit, bool) or not limit > 0):
         raise ValueError(f"limit must be a positive number or None, got {limit!r}")
-    head = f"{label}: {ratio:.2f}{unit}" + ("" if limit is None else f" of a possible {limit:g}{unit}")
+    head = f"{label}: {ratio:.2f}{unit}" + ("" if limit is None else f" of a possible {limit:.3g}{unit}")
     busy = load is not None and load.disturbed
     why_busy = (
         f"other programs used {load.during:.1f} of {load.cores} cores during the run; re-run when the machine is idle"

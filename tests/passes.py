@@ -49,7 +49,7 @@ def default_passes() -> list[Pass]:
     passes = [
         # Each test file in a process of its own: a test that leaves multiprocessing's or torch's
         # process-wide state changed (seen: every later DataLoader batch lost) cannot break another file.
-        Pass("unit tests, hygiene, lint (one process per file, two at a time)", [str(Path(__file__)), "--unit-files"]),
+        Pass("unit tests, hygiene, lint (two pytest processes at a time)", [str(Path(__file__)), "--unit-files"]),
         Pass("notebooks, the default start method", ["-m", "pytest", "--nbval", "notebooks"]),
     ]
     methods = mp.get_all_start_methods()
@@ -156,13 +156,43 @@ def run_jobs(jobs: list[Job], limit: int, finished: Callable[[Job, int, float], 
             proc.wait()
 
 
-def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None) -> int:
-    """Run each tests/test_*.py in a pytest process of its own, `jobs` at a time; 1 if any failed.
+# Test files that start no worker, pool, group or kernel and change no process-wide state of torch or
+# multiprocessing: they share one pytest process (each process alone costs about 2 s of CPU to start,
+# mostly importing nbval's nbformat and its JSON-schema checks). Every other file gets a process of its own.
+SHARED_PROCESS = (
+    "test_cheatsheet.py",
+    "test_checks.py",
+    "test_errors.py",
+    "test_kernel.py",
+    "test_lab_check.py",
+    "test_lint.py",
+    "test_notebooks.py",
+    "test_passes.py",
+    "test_plots.py",
+    "test_regenerate.py",
+    "test_setup.py",
+    "test_student.py",
+    "test_timing.py",
+    "test_validate.py",
+)
 
-    With more than one job, each file gets a /dev/shm and a temporary folder of its own (the hygiene
-    check of one file must not see another's live files); the largest files start first, so that the
-    last one to finish is a short one. Each file's output is shown whole when it ends."""
-    files = sorted(files or (ROOT / "tests").glob("test_*.py"), key=lambda f: f.stat().st_size, reverse=True)
+
+def unit_groups(files: list[Path]) -> list[list[Path]]:
+    """The pytest processes of the unit pass: the `SHARED_PROCESS` files together, each other file alone;
+    the largest first, so that the last one to finish is a short one."""
+    shared = [f for f in files if f.name in SHARED_PROCESS]
+    groups = [[f] for f in files if f.name not in SHARED_PROCESS] + ([shared] if shared else [])
+    return sorted(groups, key=lambda g: sum(f.stat().st_size for f in g), reverse=True)
+
+
+def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None) -> int:
+    """Run tests/test_*.py in the pytest processes that `unit_groups` makes, `jobs` at a time; 1 if any
+    failed.
+
+    With more than one job, each process gets a /dev/shm and a temporary folder of its own (the hygiene
+    check of one file must not see another's live files). Each process's output is shown whole when it
+    ends."""
+    groups = unit_groups(list(files or (ROOT / "tests").glob("test_*.py")))
     prefix = private_shm_prefix() if jobs > 1 else None
     if prefix is None:
         jobs = 1
@@ -177,11 +207,13 @@ def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None)
         sys.stdout.flush()
 
     todo = []
-    for i, path in enumerate(files):
+    for i, group in enumerate(groups):
         tmpdir = base / f"tmp{i}"
         tmpdir.mkdir()
-        cmd = [*(prefix or []), sys.executable, "-m", "pytest", str(path.relative_to(ROOT)), *extra]
-        todo.append(Job(path.name, cmd, {**os.environ, "TMPDIR": str(tmpdir)}, base / f"{path.stem}.log"))
+        paths = [str(path.relative_to(ROOT)) for path in group]
+        cmd = [*(prefix or []), sys.executable, "-m", "pytest", *paths, *extra]
+        name = group[0].name if len(group) == 1 else f"{len(group)} light files"
+        todo.append(Job(name, cmd, {**os.environ, "TMPDIR": str(tmpdir)}, base / f"unit{i}.log"))
     try:
         run_jobs(todo, jobs, finished)
     finally:

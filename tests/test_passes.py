@@ -49,3 +49,12 @@ def test_run_jobs_leaves_nothing_running_when_a_report_fails(tmp_path):
 def test_counts_add_up_every_pytest_summary():
     log = "==== 3 passed, 1 failed in 2.0s ====\n...\n==== 2 passed, 1 skipped in 1.0s ====\n"
     assert passes._counts(log) == {"passed": 5, "failed": 1, "skipped": 1}
+
+
+def test_unit_groups_share_one_process_for_the_light_files_only():
+    files = sorted(Path(__file__).parent.glob("test_*.py"))
+    groups = passes.unit_groups(files)
+    shared = [g for g in groups if len(g) > 1]
+    assert len(shared) == 1 and {f.name for f in shared[0]} == set(passes.SHARED_PROCESS)
+    assert sorted(f for g in groups for f in g) == files  # every file once
+    assert all(len(g) == 1 for g in groups if g is not shared[0])

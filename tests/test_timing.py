@@ -83,6 +83,10 @@ def test_read_ratio_without_a_limit_names_no_limit():
     assert text == "spawn / fork: 90.00x. A real gain."
 
 
+def test_read_ratio_rounds_a_computed_limit():
+    assert timing.read_ratio("best", 2.64, 17.6539).startswith("best: 2.64x of a possible 17.7x.")
+
+
 def test_read_ratio_names_the_load_when_disturbed():
     busy = timing.Load(before=1.0, during=1.2, cores=2, seconds=1.0)
     text = timing.read_ratio("2 processes", 1.1, 2, busy)
