@@ -29,7 +29,8 @@ def shared_model(prepare: Any) -> Verdict:
             "after prepare(model) the parameters are still private to the parent: forked workers would "
             "train copies. Which nn.Module method moves every parameter to shared memory?",
         )
-    run = hogwild.hogwild(2, hogwild.Config(steps=1_500), task=task, model=model, share=False, start_method="fork")
+    # 800 steps reach 87-89 % (3 runs), far above the 80 % asked; an untrained model scores about 10 % (10 classes)
+    run = hogwild.hogwild(2, hogwild.Config(steps=800), task=task, model=model, share=False, start_method="fork")
     if run.accuracy < 80:
         return verdict(False, "", f"the parent's model reaches only {run.accuracy:.0f} % after the workers trained.")
     return verdict(True, "the workers update the parent's parameters in place: the parent's model learned.", "")
