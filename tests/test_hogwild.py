@@ -111,11 +111,6 @@ def test_unshared_model_under_fork_stays_untrained(task):
     assert not any(p.is_shared() for p in run.model.parameters())
 
 
-def test_unshared_model_under_spawn_is_shared_by_pickling(task):
-    run = hogwild.hogwild(1, SHORT, task=task, model=hogwild.make_model(), share=False, start_method="spawn")
-    assert run.accuracy > 85 and all(p.is_shared() for p in run.model.parameters())
-
-
 def test_optimizer_from_the_parent_keeps_its_state_in_the_workers(task):
     model = hogwild.make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)

@@ -194,16 +194,6 @@ def test_seed_stored_dataset_builds_its_generator_per_worker():
     assert per_worker[0] != per_worker[1]  # seeded from each worker's own seed
 
 
-def test_torch_generator_on_dataset_and_both_workarounds_under_spawn():
-    from helpers import watchdog
-
-    failed = watchdog.run(loading.torch_generator_on_dataset, "spawn", timeout=60)
-    assert failed.status == "raised" and "unable to resize file" in str(failed)
-    for kwargs in ({"store_seed": True}, {"sharing_strategy": "file_system"}):
-        outcome = watchdog.run(loading.torch_generator_on_dataset, "spawn", timeout=60, **kwargs)
-        assert outcome.status == "returned" and len(outcome.value) == 4
-
-
 def test_spawn_dataset_sharing_maps_the_tensor():
     assert loading.spawn_dataset_sharing() == {
         "parent's tensor shared before": False,

@@ -228,13 +228,6 @@ def test_tokenizers_in_a_forked_worker_work_otherwise_and_print_nothing(parallel
     assert "just got forked" not in outcome.stderr  # the warning tokenizers printed before 0.22.2
 
 
-def test_tokenizers_in_a_spawn_worker_work_after_use_in_the_parent():
-    outcome = watchdog.run(
-        pitfalls.tokenizers_in_worker, "true", True, "spawn", 60, timeout=120, start_method="fork" if HAS_FORK else None
-    )
-    assert outcome.value == "worker encoded: [6, 6, 5, 5]"
-
-
 @needs_fork
 @pytest.mark.parametrize("first", [True, False])
 def test_backward_in_a_forked_child_works_on_cpu_only_torch(first):

@@ -42,12 +42,6 @@ def test_grads_cross_by_inheritance_only():
     assert forked["child's grad update seen by the parent"]
 
 
-def test_grads_do_not_travel_under_spawn():
-    spawned = sharing.grad_after_crossing("spawn")
-    assert spawned["child's parameter update seen by the parent"]
-    assert not spawned["child's grad update seen by the parent"]
-
-
 def test_growing_a_shared_tensor_kills_the_process():
     outcome = watchdog.run(sharing.grow_shared, timeout=30)
     assert outcome.status == "died" and outcome.signal == "SIGSEGV"
