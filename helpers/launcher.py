@@ -46,7 +46,7 @@ import torch
 
 from helpers.environment import default_start_method
 from helpers.errors import clean, error_line, short_error
-from helpers.processes import join_spawned, stop
+from helpers.processes import join_spawned, remove_error_files, stop
 from helpers.validate import positive_int
 from helpers.watchdog import FAULTHANDLER_FRAME
 
@@ -415,14 +415,6 @@ def _check_importable(demos: dict[str, Callable[..., Any]], method: str) -> None
             )
 
 
-def _remove_error_files(context: Any) -> None:
-    """torch names one `pytorch-errorfile-*` per rank in the temporary folder; a rank that raises writes
-    it. Remove them once the parent has read them."""
-    for path in context.error_files:
-        with contextlib.suppress(FileNotFoundError, TypeError):
-            os.remove(path)
-
-
 def _note_other_failures(exc: BaseException, context: Any) -> None:
     """torch re-raises one failed rank: the lowest-numbered among those that had exited when it looked,
     which on a busy machine need not be the one that failed first (its peers then fail too, "closed by
@@ -560,7 +552,7 @@ def _launch_once(
             f"spawned processes still running after {total:g} s: {where}; innermost call first:\n{stacks}"
         ) from None
     finally:
-        _remove_error_files(context)
+        remove_error_files(context)
     if retry and setup_failed():
         raise _SetupFailed("a rank failed to join the group")
     results: dict[int, dict[str, Any]] = {}

@@ -14,7 +14,6 @@ import contextlib
 import datetime
 import gc
 import json
-import logging
 import multiprocessing as mp
 import os
 import re
@@ -906,27 +905,20 @@ def spawn_arguments(fn: Callable[..., Any], nprocs: int = 2, timeout: float = _W
     import torch
     import torch.multiprocessing as tmp
 
-    from helpers.pool import remove_error_files
+    from helpers.processes import join_spawned, quiet_spawn_log, remove_error_files
 
     positive_int("nprocs", nprocs)
-    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     out = torch.zeros(nprocs, dtype=torch.int64).share_memory_()
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     args = (3,) if fn is takes_only_a else (3, out)
-    context = tmp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method=method)
-    deadline = time.monotonic() + timeout
-    try:
-        while not context.join(0.1):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"processes still running after {timeout:g} s")
-    except tmp.ProcessRaisedException as exc:
-        return short_error(exc, line="last")
-    finally:
-        for proc in context.processes:
-            if proc.is_alive():
-                proc.kill()
-            proc.join(5)
-        remove_error_files(context)  # the failing rank's pytorch-errorfile-*.pickle in the temporary folder
+    with quiet_spawn_log():
+        context = tmp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method=method)
+        try:
+            join_spawned(context, timeout)
+        except tmp.ProcessRaisedException as exc:
+            return short_error(exc, line="last")
+        finally:
+            remove_error_files(context)  # the failing rank's pytorch-errorfile-*.pickle in the temporary folder
     return f"results by rank: {out.tolist()}"
 
 

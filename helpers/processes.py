@@ -2,17 +2,68 @@
 
 A notebook cell that raises halfway (a timeout, a typo, Ctrl-C) must not leave workers behind: they hold
 shared memory, file descriptors and cores, and nbval's final check finds them. `running` joins with a
-deadline, then terminates, then kills.
+deadline, then terminates, then kills. The other helpers here serve the chapters that start pools and
+`torch.multiprocessing.spawn` jobs: a context by name, a pool's live workers, and spawn's leftovers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import multiprocessing as mp
+import os
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-__all__ = ["running", "stop", "join_spawned"]
+__all__ = ["running", "stop", "join_spawned", "mp_context", "live_workers", "quiet_spawn_log", "remove_error_files"]
+
+
+def mp_context(start_method: str | None = None) -> Any:
+    """The multiprocessing context of `start_method`, or of this platform's default when None, read
+    without fixing the default (see `environment.default_start_method`); a ValueError naming the
+    methods this platform has for any other name."""
+    from helpers.environment import default_context
+
+    if start_method is None:
+        return default_context()
+    if start_method not in mp.get_all_start_methods():
+        raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}")
+    return mp.get_context(start_method)
+
+
+def live_workers(pool: Any) -> list[Any]:
+    """The worker processes of a `multiprocessing.Pool` that are alive now: how the demos see a death and
+    its replacement (`Pool` has no public view of its workers)."""
+    return [p for p in list(pool._pool) if p.is_alive()]  # noqa: SLF001
+
+
+@contextlib.contextmanager
+def quiet_spawn_log() -> Iterator[None]:
+    """Quiet torch's "Terminating process N via signal SIGTERM" log line (it carries a pid and a time, and
+    children never write to a checked cell) while the block runs. The caller removes the error files
+    with `remove_error_files`."""
+    logger = logging.getLogger("torch.multiprocessing.spawn")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def remove_error_files(context: Any) -> None:
+    """Delete the traceback files (`pytorch-errorfile-*.pickle`) a `ProcessContext`'s failing ranks wrote.
+
+    torch names one per rank in `context.error_files` (in the temporary folder) and never removes them.
+    We remove them by name rather than by pointing `tempfile.tempdir` at a folder of our own while the
+    ranks start: that setting is process-wide, and multiprocessing creates its own `pymp-*` folder (and,
+    under forkserver, the server's socket) in whatever folder it names, which would then vanish with it.
+    """
+    for path in getattr(context, "error_files", None) or ():
+        if path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 def stop(procs: Sequence[BaseProcess], timeout: float = 5.0) -> list[int | None]:

@@ -3,6 +3,7 @@ import time
 
 import pytest
 
+from helpers import processes
 from helpers.processes import running, stop
 
 
@@ -52,3 +53,13 @@ def test_join_spawned_has_a_deadline_and_kills_what_is_left():
     with pytest.raises(TimeoutError):
         join_spawned(slow, timeout=0.1)
     assert not any(p.is_alive() for p in slow.processes)
+
+
+def test_remove_error_files_deletes_the_named_files_only(tmp_path):
+    class Context:
+        error_files = [str(tmp_path / "pytorch-errorfile-a.pickle"), str(tmp_path / "absent.pickle"), None]
+
+    (tmp_path / "pytorch-errorfile-a.pickle").write_bytes(b"x")
+    (tmp_path / "other.txt").write_text("kept")
+    processes.remove_error_files(Context())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.txt"]
