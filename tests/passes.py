@@ -47,8 +47,9 @@ def default_passes() -> list[Pass]:
     import multiprocessing as mp
 
     passes = [
-        # Each test file in a process of its own: a test that leaves multiprocessing's or torch's
-        # process-wide state changed (seen: every later DataLoader batch lost) cannot break another file.
+        # Each test file that starts processes in a pytest process of its own (the light ones share one,
+        # see SHARED_PROCESS): a test that leaves multiprocessing's or torch's process-wide state changed
+        # (seen: every later DataLoader batch lost) cannot break another file.
         Pass("unit tests, hygiene, lint (two pytest processes at a time)", [str(Path(__file__)), "--unit-files"]),
         Pass("notebooks, the default start method", ["-m", "pytest", "--nbval", "notebooks"]),
     ]

@@ -93,10 +93,9 @@ def second_job(job: Any, samples: int = 2048, n: int = 1024, repeats: int = 2) -
     if mine[0].samples != samples:
         return verdict(False, "", f"only {mine[0].samples} of {samples} samples reached the model.")
     base = [capstone.train_second(capstone.SecondJob(), samples=samples, n=n)]
-    for _ in range(repeats - 1):
-        first = base[0].cpu / mine[0].cpu
-        if not SPEEDUP / 2 < first < SPEEDUP * 2:  # far from the threshold: more runs cannot change the verdict
-            break
+    first = base[0].cpu / mine[0].cpu
+    near = SPEEDUP / 2 < first < SPEEDUP * 2  # far from the threshold, more runs cannot change the verdict
+    for _ in range(repeats - 1 if near else 0):
         mine.append(capstone.train_second(job, samples=samples, n=n))
         base.append(capstone.train_second(capstone.SecondJob(), samples=samples, n=n))
     accuracy, reference = mine[0].accuracy, base[0].accuracy
