@@ -127,7 +127,8 @@ def test_first_group_bare(tmp_path):
             process.join(5)
     rows = dd.read_ranks(str(tmp_path))
     assert rows == [{"rank": r, "world_size": 2, "sum of rank+1": 3.0} for r in (0, 1)]
-    assert not (tmp_path / "rendezvous").exists()  # the last rank to leave deletes the file
+    # No assertion on the rendezvous file: torch deletes it only when every rank's store has been
+    # freed, which a rank's exit can skip (1 run in 150 kept it on a busy machine).
 
 
 def test_which_wins_uses_every_round():
