@@ -85,6 +85,7 @@ __all__ = [
     "ring_timing",
     "ring_vs_allreduce",
     "ring_times",
+    "ring_reading",
     "uneven_rank",
     "uneven",
     "uneven_hang",
@@ -637,6 +638,26 @@ def ring_times(results: dict[int, dict[str, Any]]) -> dict[str, Spread]:
         per_call = zip(*(results[r]["ring_timing"][name] for r in sorted(results)), strict=True)
         out[name] = spread(max(times) for times in per_call)
     return out
+
+
+def ring_reading(times: dict[str, Spread]) -> str:
+    """The speed of the ring by hand relative to `dist.all_reduce`, from `ring_times`, naming a winner only
+    when the median calls and the best calls agree on it: on a shared machine one slow call moves a
+    median of 15, while the best calls show what the copying allows."""
+    if not isinstance(times, dict) or not all(isinstance(times.get(k), Spread) for k in ("ring", "all_reduce")):
+        raise TypeError("times must be the dict of Spreads that ring_times returns")
+    ring, gloo = times["ring"], times["all_reduce"]
+    by_median, by_best = gloo.median / ring.median, gloo.low / ring.low  # above 1: the ring was faster
+    if by_median > 1.1 and by_best > 1.1:
+        verdict = "the ring by hand was faster by both measures"
+    elif by_median < 0.9 and by_best < 0.9:
+        verdict = "dist.all_reduce was faster by both measures"
+    else:
+        verdict = "no winner: the two measures do not agree on one beyond 10 %, so the difference is noise"
+    return (
+        f"ring by hand, speed relative to dist.all_reduce: {by_median:.2f}x from the medians,"
+        f" {by_best:.2f}x from the best calls: {verdict}"
+    )
 
 
 # ----------------------------------------------------------------------------------- failure demos

@@ -16,7 +16,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -384,8 +384,9 @@ class Throughput:
 
     num_workers: int
     startup: float  # seconds from iter() to the first batch
-    samples_per_s: float  # after the first batch
+    samples_per_s: float  # after the first batch; the median of `rounds` when a sweep repeated the setting
     batches: int
+    rounds: tuple[float, ...] = ()  # samples/s of each round of a repeated sweep, in the order measured
 
 
 def measure_throughput(
@@ -451,24 +452,41 @@ def sweep(
     batches: int | None = None,
     step: Callable[[Any], Any] | None = None,
     progress: bool = True,
+    rounds: int = 1,
 ) -> list[Throughput]:
     """`measure_throughput` for each worker count, with a progress bar.
 
+    A run of CPU-bound work lasts well under a second here, and one such run can be 15 % off on an idle
+    machine (a ratio of two of them past its limit), so `rounds` repeats the whole sweep, the worker
+    counts taking turns within each round so that a burst of other work hits them all; each result is
+    then the median round, with every round kept in `rounds`.
     A sweep goes past the core count on purpose, so DataLoader's warning about it is silenced here.
     """
     if not workers:
         raise ValueError("workers must list at least one worker count")
+    if len(set(workers)) != len(workers):
+        raise ValueError(f"workers must list each worker count once, got {list(workers)}")
+    positive_int("rounds", rounds)
     from tqdm.auto import tqdm
 
     # tqdm's default lock includes a multiprocessing RLock: under spawn, a named semaphore that lives as
     # long as the kernel and stays in /dev/shm if the kernel is killed. A thread lock is all a bar needs.
     tqdm.set_lock(threading.RLock())
-    results = []
+    plan = [n for _ in range(rounds) for n in workers]
+    runs: dict[int, list[Throughput]] = {n: [] for n in workers}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="This DataLoader will create")
-        for n in tqdm(list(workers), desc="num_workers", disable=not progress, leave=False):
-            results.append(measure_throughput(dataset, n, batch_size, batches, step))
-    return results
+        for n in tqdm(plan, desc="num_workers", disable=not progress, leave=False):
+            runs[n].append(measure_throughput(dataset, n, batch_size, batches, step))
+    return [_median_round(runs[n]) for n in workers]
+
+
+def _median_round(runs: list[Throughput]) -> Throughput:
+    """The run with the median throughput (the lower middle one for an even count), all rounds attached."""
+    if len(runs) == 1:
+        return runs[0]
+    middle = sorted(runs, key=lambda r: r.samples_per_s)[(len(runs) - 1) // 2]
+    return replace(middle, rounds=tuple(r.samples_per_s for r in runs))
 
 
 def epoch_start_costs(

@@ -203,7 +203,7 @@ def check_cores(affinity: int, machine: int | None, quota: float | None) -> Resu
             "the speed-up chapters (00, 01, 03, 04, 05) need 2 or more cores to show one: give the VM or "
             "container more CPUs (e.g. docker run --cpus 2)",
         )
-    if quota is not None and math.ceil(quota) < affinity:
+    if quota is not None and max(1, math.floor(quota)) < affinity:
         return Result("PASS", "cores", f"{detail}; torch's default threads ignore the quota")
     return Result("PASS", "cores", detail)
 

@@ -157,7 +157,10 @@ def read_ratio(label: str, ratio: float, limit: float | None, load: Load | None 
         else ""
     )
     if limit is not None and ratio > 1.05 * limit:
-        reading = "Above the physical limit: the baseline did work that the parallel run skipped (see the text)"
+        reading = (
+            "Above the physical limit: the baseline was slowed by something the parallel run escaped,"
+            " or noise (see the text)"
+        )
     elif limit is not None and ratio >= 0.75 * limit:
         reading = "Close to the limit"
     elif ratio > 1.1 and limit is None:

@@ -72,15 +72,16 @@ def test_shard_bounds_needs_a_function():
         checks.shard_bounds("range")
 
 
-@pytest.mark.parametrize("value", [None, 2, 3, 2.5, 9, True])  # None: placeholder; 2: "the number of cores"
+# None: placeholder; 2: "the number of cores"; 5 and 8 keep up but are not the smallest count
+@pytest.mark.parametrize("value", [None, 2, 3, 2.5, 5, 8, 9, True])
 def test_io_workers_wrong_answers(value):
     assert verdicts(checks.io_workers, value) == {"Not"}
 
 
-@pytest.mark.parametrize("value", [4, 8])
-def test_io_workers_right_answers(value):
-    assert verdicts(checks.io_workers, value) == {"Correct:"}
+def test_io_workers_solution():
+    assert verdicts(checks.io_workers, 4) == {"Correct:"}
 
 
-def test_io_workers_more_than_needed_names_the_minimum():
-    assert "4 would already" in repr(checks.io_workers(6))
+def test_io_workers_more_than_needed_does_not_give_the_answer_away():
+    text = repr(checks.io_workers(6))
+    assert "fewer would too" in text and "4" not in text

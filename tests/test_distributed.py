@@ -8,6 +8,7 @@ import pytest
 
 from helpers import distributed as dd
 from helpers import launcher
+from helpers.timing import Spread
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +198,21 @@ def test_ring_vs_allreduce_small():
     times = dd.ring_vs_allreduce(4096, repeats=3)
     assert set(times) == {"ring", "all_reduce", "load"}
     assert all(times[name].n == 3 and 0 < times[name].low <= times[name].median for name in ("ring", "all_reduce"))
+
+
+@pytest.mark.parametrize(
+    ("ring", "gloo", "verdict"),
+    [
+        ((2.0, 1.0), (3.0, 1.5), "the ring by hand was faster"),
+        ((3.0, 1.5), (2.0, 1.0), "dist.all_reduce was faster"),
+        ((2.08, 1.30), (3.28, 1.00), "no winner"),  # a stored run: medians 1.58x, best calls 0.77x
+    ],
+)
+def test_ring_reading_names_a_winner_only_when_medians_and_best_calls_agree(ring, gloo, verdict):
+    times = {name: Spread(median, low, 9.0, 15) for name, (median, low) in (("ring", ring), ("all_reduce", gloo))}
+    assert verdict in dd.ring_reading(times)
+    with pytest.raises(TypeError, match="ring_times"):
+        dd.ring_reading({"ring": 1.0})
 
 
 def test_script_is_shipped_in_the_package():

@@ -144,6 +144,19 @@ def test_measure_throughput_and_sweep():
         loading.measure_throughput(ds, num_workers=4, batch_size=4)  # 9 batches: no round left after two
     with pytest.raises(ValueError, match="at least one"):
         loading.sweep(ds, [])
+    with pytest.raises(ValueError, match="each worker count once"):
+        loading.sweep(ds, [0, 0])
+    with pytest.raises(ValueError, match="rounds"):
+        loading.sweep(ds, [0], rounds=0)
+
+
+def test_a_repeated_sweep_keeps_every_round_and_reports_the_median():
+    ds = loading.SleepyDataset(n=12, delay=0.0)
+    results = loading.sweep(ds, [0, 1], batch_size=4, progress=False, rounds=3)
+    assert [r.num_workers for r in results] == [0, 1]
+    for r in results:
+        assert len(r.rounds) == 3 and r.samples_per_s == sorted(r.rounds)[1]
+    assert loading.sweep(ds, [0], batch_size=4, progress=False)[0].rounds == ()
 
 
 def test_epoch_start_costs_show_new_and_persistent_workers():

@@ -74,6 +74,16 @@ def test_lesson_structure(path):
     assert len(exercises) >= 2, "at least two exercises"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS[:-1], ids=IDS[:-1])
+def test_key_points_link_to_the_next_notebook(path):
+    following = NOTEBOOKS[NOTEBOOKS.index(path) + 1].name
+    markdown = [_source(c) for c in _load(path)["cells"] if c["cell_type"] == "markdown"]
+    key_points = [m for m in markdown if m.lstrip().startswith("## Key points")]
+    assert key_points and "**Next:** [" in key_points[0] and f"]({following})" in key_points[0], (
+        f"the Key points cell must end with a '**Next:**' link to {following}"
+    )
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_solutions_are_collapsed_and_checked(path):
     cells = _load(path)["cells"]
