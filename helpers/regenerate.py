@@ -168,7 +168,9 @@ def regenerate(path: Path) -> tuple[float, list[int]]:
         store_widget_state=False,
     )
     start = time.perf_counter()
-    client.execute()  # also stores the kernel's language_info in nb.metadata
+    # nbclient shuts down only the kernels it created itself: without cleanup_kc, this kernel lived on until
+    # the command ended, and its connection file (tmp*.json) stayed in the temporary folder.
+    client.execute(cleanup_kc=True)  # also stores the kernel's language_info in nb.metadata
     seconds = time.perf_counter() - start
     checked_with_widgets = strip_widget_outputs(nb)
     nbformat.write(strip_volatile(nb), path)

@@ -157,3 +157,22 @@ def test_stale_pins_name_what_this_environment_lacks(tmp_path):
 
 def test_the_course_environment_matches_its_requirements():
     assert stale_pins() == []
+
+
+def test_regenerate_runs_a_notebook_and_leaves_no_kernel_or_connection_file(tmp_path):
+    import tempfile
+    from pathlib import Path
+
+    import psutil
+
+    from helpers.regenerate import regenerate
+
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("print(6 * 7)")]), path)
+    connection_files = set(Path(tempfile.gettempdir()).glob("tmp*.json"))
+    children = set(psutil.Process().children(recursive=True))
+    seconds, widgets = regenerate(path)
+    assert seconds > 0 and widgets == []
+    assert nbformat.read(path, as_version=4).cells[0].outputs[0]["text"] == "42\n"
+    assert set(Path(tempfile.gettempdir()).glob("tmp*.json")) == connection_files
+    assert [p for p in psutil.Process().children(recursive=True) if p not in children and p.is_running()] == []
