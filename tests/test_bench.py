@@ -133,3 +133,24 @@ def test_a_disturbed_figure_says_so(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "1.0 busy" in captured.out and "Disturbed: other programs used 1.0 of 2 cores" in captured.out
     assert "the machine was busy during fake" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("ratio", "floor", "expected"),
+    [
+        (143.9, None, "ratio: 144x (no physical limit, no floor"),
+        (390.0, 50.0, "ratio: 390x (no physical limit), at or above its floor of 50x."),
+        (20.0, 50.0, "ratio: 20x (no physical limit), below its floor of 50x."),
+    ],
+)
+def test_a_figure_without_a_limit_is_not_read_as_a_speed_up(ratio, floor, expected):
+    # spawn / fork start-up, a restart's cost, the ring's time over gloo's: "a real gain" would be wrong
+    text = bench.Figure(ratio=ratio, limit=None, what="a cost", floor=floor).reading()
+    assert text.startswith(expected) and "gain" not in text
+
+
+def test_dataloader_cpu_reads_medians_of_interleaved_rounds():
+    fig = bench.dataloader_cpu(work=200, batch_size=2, batches=4, rounds=2)
+    assert fig.ratio > 0 and fig.limit == fig.floor / 0.75
+    assert len(fig.details["rounds_0"]) == len(fig.details["rounds_best"]) == 2
+    assert fig.details["samples_per_s_0"] in fig.details["rounds_0"]
