@@ -887,8 +887,8 @@ def pickled_by_reference(fn: Callable[..., Any], timeout: float = 20.0) -> str:
 
 # ----------------------------------------------------------------------------------- bench figures
 def no_sync_saving(k: int = 4, steps: int = 2, repeats: int = 5, width: int = HEAVY["width"]) -> Any:
-    """Bench figure: optimizer steps per second of `k`-step accumulation with `no_sync` over the same
-    without it, 2 ranks x 1 thread on the communication-heavy model (median of `repeats` alternations)."""
+    """Optimizer steps per second of `k`-step accumulation with `no_sync` over the same without it, 2 ranks
+    x 1 thread on the communication-heavy model (median of `repeats` alternations): a bench figure."""
     from helpers.bench import Figure
     from helpers.timing import measure_load
 
@@ -914,8 +914,8 @@ def no_sync_saving(k: int = 4, steps: int = 2, repeats: int = 5, width: int = HE
 
 
 def restart_overhead(epochs: int = 4) -> Any:
-    """Bench figure: wall time of the torchrun job whose rank 1 is killed mid-job and resumed from its
-    snapshot, over the same job uninterrupted (no floor); the restart's own time beside it."""
+    """Wall time of the torchrun job whose rank 1 is killed mid-job and resumed from its snapshot, over the
+    same job uninterrupted (no floor), the restart's own time beside it: a bench figure."""
     from helpers.bench import Figure
 
     jobs = crash_and_resume(epochs)
