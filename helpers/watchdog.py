@@ -145,9 +145,31 @@ def _prepare_child(workdir: str) -> None:
     trace = open(os.path.join(workdir, "trace.txt"), "w")  # noqa: SIM115
     Path(workdir, "main_thread.txt").write_text(f"0x{threading.get_ident():016x}")
     _record_resources(workdir)
+    _private_mp_temp_dir(workdir)
     faulthandler.enable(file=trace, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=trace, all_threads=True, chain=False)
     sys._watchdog_trace = trace  # type: ignore[attr-defined]  # keep the file object alive
+
+
+_UNIX_SOCKET_PATH = 107  # bytes an AF_UNIX address may have on Linux (macOS: 103)
+
+
+def _private_mp_temp_dir(workdir: str) -> None:
+    """Point multiprocessing's temporary folder (the `pymp-*` one, home of the resource sharer's and the
+    forkserver's sockets) at a folder inside `workdir`, which the parent removes whatever happened.
+
+    Every process makes its own `pymp-*` folder on first need and removes it when it exits normally;
+    forked children reuse their parent's. A DataLoader worker that sends a tensor starts a resource
+    sharer, so it makes one; if it is then terminated (DataLoader's shutdown gives a worker 5 s on a
+    busy machine) or killed with the tree, its folder stays in the learner's temporary folder for good.
+    Forked descendants of this child now reuse this one instead; spawned ones still make their own."""
+    from multiprocessing import process
+
+    folder = os.path.join(workdir, "mp")
+    if len(folder) + len("/listener-12345678") > _UNIX_SOCKET_PATH - 4:  # multiprocessing's socket names
+        return  # a socket path there would be too long; keep multiprocessing's own behaviour
+    os.mkdir(folder, 0o700)
+    process.current_process()._config["tempdir"] = folder
 
 
 def _record_resources(workdir: str) -> None:

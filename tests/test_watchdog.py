@@ -34,6 +34,20 @@ def sleeps_forever():
     time.sleep(1000)
 
 
+def _makes_temp_dir_then_dies():
+    from multiprocessing import util
+
+    util.get_temp_dir()  # what a DataLoader worker's resource sharer does before it sends a tensor
+    os.kill(os.getpid(), signal.SIGKILL)  # a terminated worker runs no exit handler
+
+
+def forks_a_child_that_dies_with_a_temp_dir():
+    child = mp.get_context("fork").Process(target=_makes_temp_dir_then_dies)
+    child.start()
+    child.join()
+    return child.exitcode
+
+
 def hangs_in_grandchild():
     child = mp.get_context("spawn").Process(target=sleeps_forever)
     child.start()
@@ -252,3 +266,23 @@ def test_orphaned_semaphores_are_removed_but_live_ones_stay():
     assert not os.path.exists(glibc_temp)
     assert os.path.exists(live_file)
     del live
+
+
+@pytest.mark.skipif("fork" not in METHODS, reason="needs the fork start method")
+@pytest.mark.parametrize("method", METHODS)
+def test_a_killed_grandchild_leaves_no_mp_temp_dir(method, monkeypatch):
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="wd-"))  # short: a socket path inside it must fit 107 bytes
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(folder))
+        monkeypatch.setenv("TMPDIR", str(folder))  # a spawn child reads it afresh
+        # as in a kernel that never needed one (the suite's conftest gives this process one, which forks reuse)
+        monkeypatch.delitem(mp.current_process()._config, "tempdir", raising=False)
+        outcome = watchdog.run(forks_a_child_that_dies_with_a_temp_dir, timeout=30, start_method=method)
+        assert outcome.value == -signal.SIGKILL
+        assert not list(folder.iterdir())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
