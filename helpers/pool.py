@@ -36,6 +36,7 @@ __all__ = [
     "delayed_square",
     "power",
     "put_square",
+    "meet",
     "in_a_loop",
     "ProcessRun",
     "with_processes",
@@ -96,6 +97,13 @@ def delayed_square(x: int) -> int:
 def put_square(results: Any, x: int) -> None:
     """Process target for the first, bare example: put x squared on the `results` queue."""
     results.put(x * x)
+
+
+def meet(barrier: Any, timeout: float = _WAIT) -> None:
+    """Process target for the bare `Barrier` example: wait until every party has arrived. After
+    `timeout` seconds the barrier breaks (`BrokenBarrierError` here and in every waiting party) instead
+    of hanging, for example when a party died before it arrived."""
+    barrier.wait(timeout)
 
 
 def power(base: int, exponent: int) -> int:

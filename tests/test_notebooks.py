@@ -156,3 +156,20 @@ def test_solutions_never_overwrite_the_learners_names(path):
             used = {n.id for n in ast.walk(ast.parse("\n".join(lines))) if isinstance(n, ast.Name)}
             borrowed = sorted(n for n in used if n.startswith("solution_"))
             assert not borrowed, f"code cell {i} uses {borrowed}, defined only in a collapsed solution"
+
+
+# The multiprocessing primitives each chapter teaches, which a code cell of that chapter must call bare
+# (on a target from the chapter's module) before helpers wrap them: learners must see the API itself.
+BARE_PRIMITIVES = {
+    "00_orientation.ipynb": ["Process(", "Queue(", ".get(timeout=", "queue.Empty", "Barrier(", "Pool("],
+    "02_shared_tensors.ipynb": ["Process(", "Queue(", ".get(timeout=", "queue.Empty", "Event(", "Barrier(", "Lock("],
+    "03_hogwild.ipynb": ["Process(", "Value(", "RLock(", "Event(", "Barrier("],
+    "04_pool_vs_process.ipynb": ["Process(", "Queue(", ".get(timeout=", "queue.Empty", "Barrier(", "Pool("],
+    "06_deadlocks_and_pitfalls.ipynb": ["Process(", "Queue(", ".get(timeout=", "queue.Empty", "Pool("],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BARE_PRIMITIVES))
+def test_each_chapter_calls_its_primitives_bare(name):
+    code = "\n".join(_source(c) for c in _code_cells(_load(NOTEBOOKS[IDS.index(name)])))
+    assert [p for p in BARE_PRIMITIVES[name] if p not in code] == []

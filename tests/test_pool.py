@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import sys
+import time
 
 import pytest
 import torch
@@ -313,3 +314,13 @@ def test_run_pipeline_hands_the_function_a_pool_and_a_bar():
         pools.run_pipeline("imap", [1])
     with pytest.raises(ValueError, match="workers"):
         pools.run_pipeline(pipeline, [1], workers=0)
+
+
+def test_meet_breaks_the_barrier_instead_of_hanging_when_a_party_never_comes():
+    import threading
+
+    barrier = mp.get_context().Barrier(2)
+    started = time.monotonic()
+    with pytest.raises(threading.BrokenBarrierError):
+        pools.meet(barrier, timeout=0.3)
+    assert time.monotonic() - started < 5 and barrier.broken
