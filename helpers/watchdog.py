@@ -151,7 +151,8 @@ def _prepare_child(workdir: str) -> None:
     sys._watchdog_trace = trace  # type: ignore[attr-defined]  # keep the file object alive
 
 
-_UNIX_SOCKET_PATH = 107  # bytes an AF_UNIX address may have on Linux (macOS: 103)
+_UNIX_SOCKET_PATH = 103  # bytes an AF_UNIX address may have: 107 on Linux, 103 on macOS
+_MP_SOCKET_NAME = len("/listener-12345678")  # what multiprocessing adds to its folder for a socket
 
 
 def _private_mp_temp_dir(workdir: str) -> None:
@@ -166,7 +167,7 @@ def _private_mp_temp_dir(workdir: str) -> None:
     from multiprocessing import process
 
     folder = os.path.join(workdir, "mp")
-    if len(folder) + len("/listener-12345678") > _UNIX_SOCKET_PATH - 4:  # multiprocessing's socket names
+    if len(folder) + _MP_SOCKET_NAME > _UNIX_SOCKET_PATH:
         return  # a socket path there would be too long; keep multiprocessing's own behaviour
     os.mkdir(folder, 0o700)
     process.current_process()._config["tempdir"] = folder
