@@ -275,7 +275,7 @@ def test_a_killed_grandchild_leaves_no_mp_temp_dir(method, monkeypatch):
     import tempfile
     from pathlib import Path
 
-    folder = Path(tempfile.mkdtemp(prefix="wd-"))  # short: a socket path inside it must fit 107 bytes
+    folder = Path(tempfile.mkdtemp(prefix="wd-"))  # short: socket paths inside must fit 103 bytes
     try:
         monkeypatch.setattr(tempfile, "tempdir", str(folder))
         monkeypatch.setenv("TMPDIR", str(folder))  # a spawn child reads it afresh
