@@ -92,10 +92,12 @@ def _stop_kernel_as_jupyterlab_does(self) -> None:  # noqa: ANN001 - replaces nb
     del self.km
 
 
-with contextlib.suppress(ImportError):
-    from nbval.kernel import RunningKernel
+def pytest_configure(config: pytest.Config) -> None:
+    # Only where nbval runs: the unit pass keeps the plugin out of its processes (tests/passes.py).
+    if config.pluginmanager.has_plugin("nbval"):
+        from nbval.kernel import RunningKernel
 
-    RunningKernel.stop = _stop_kernel_as_jupyterlab_does
+        RunningKernel.stop = _stop_kernel_as_jupyterlab_does
 
 
 def _own_mp_temp_dir() -> str:

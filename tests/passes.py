@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: requirements.txt installs tomli there
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDENT_CHECK = "build/student_check"  # git-ignored
@@ -158,8 +164,8 @@ def run_jobs(jobs: list[Job], limit: int, finished: Callable[[Job, int, float], 
 
 
 # Test files that start no worker, pool, group or kernel and change no process-wide state of torch or
-# multiprocessing: they share one pytest process (each process alone costs about 2 s of CPU to start,
-# mostly importing nbval's nbformat and its JSON-schema checks). Every other file gets a process of its own.
+# multiprocessing: they share one pytest process (each process costs about 1 s of CPU to start, more with
+# torch imported; nbval is kept out, see `without_nbval`). Every other file gets a process of its own.
 SHARED_PROCESS = (
     "test_cheatsheet.py",
     "test_checks.py",
@@ -184,6 +190,19 @@ def unit_groups(files: list[Path]) -> list[list[Path]]:
     shared = [f for f in files if f.name in SHARED_PROCESS]
     groups = [[f] for f in files if f.name not in SHARED_PROCESS] + ([shared] if shared else [])
     return sorted(groups, key=lambda g: sum(f.stat().st_size for f in g), reverse=True)
+
+
+def without_nbval() -> list[str]:
+    """pytest options that keep the nbval plugin out of a unit-test process.
+
+    pytest loads every installed plugin in every process, and importing nbval (jupyter_client, nbformat
+    and its JSON-schema checks) costs about 2.3 s of CPU, a minute over the unit pass's 27 processes,
+    for tests that open no notebook. Without the plugin, the `--nbval-*` options of pyproject.toml's
+    `addopts` would be unknown, so `addopts` is given again without them."""
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        addopts = tomllib.load(f)["tool"]["pytest"]["ini_options"]["addopts"]
+    kept = [opt for opt in addopts if not opt.startswith("--nbval")]
+    return ["-p", "no:nbval", "-o", f"addopts={shlex.join(kept)}"]
 
 
 def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None) -> int:
@@ -212,7 +231,7 @@ def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None)
         tmpdir = base / f"tmp{i}"
         tmpdir.mkdir()
         paths = [str(path.relative_to(ROOT)) for path in group]
-        cmd = [*(prefix or []), sys.executable, "-m", "pytest", *paths, *extra]
+        cmd = [*(prefix or []), sys.executable, "-m", "pytest", *without_nbval(), *paths, *extra]
         name = group[0].name if len(group) == 1 else f"{len(group)} light files"
         todo.append(Job(name, cmd, {**os.environ, "TMPDIR": str(tmpdir)}, base / f"unit{i}.log"))
     try:

@@ -2,6 +2,8 @@
 allowed, reports each one, leaves none running when something goes wrong, and adds up pytest's counts."""
 
 import importlib.util
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,3 +60,25 @@ def test_unit_groups_share_one_process_for_the_light_files_only():
     assert len(shared) == 1 and {f.name for f in shared[0]} == set(passes.SHARED_PROCESS)
     assert sorted(f for g in groups for f in g) == files  # every file once
     assert all(len(g) == 1 for g in groups if g is not shared[0])
+
+
+def test_unit_processes_run_without_nbval_and_keep_the_other_options(tmp_path):
+    options = passes.without_nbval()
+    assert options[:2] == ["-p", "no:nbval"] and "--nbval" not in options[-1]
+    assert "-p no:cacheprovider" in options[-1]  # the rest of pyproject.toml's addopts still applies
+    # The repository's pyproject.toml and conftest.py, as the unit pass uses them, on a probe test in the
+    # git-ignored build/ folder: the options parse, and nbval is never imported.
+    folder = passes.ROOT / "build" / f"nbval_free_probe_{tmp_path.name}"
+    folder.mkdir(parents=True)
+    try:
+        (folder / "test_probe.py").write_text(
+            "import sys\n\ndef test_probe():\n    assert not any(m.startswith('nbval') for m in sys.modules)\n"
+        )
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", *options, "-q", str(folder / "test_probe.py")],
+            cwd=passes.ROOT, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(folder)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
