@@ -193,16 +193,17 @@ def unit_groups(files: list[Path]) -> list[list[Path]]:
 
 
 def without_nbval() -> list[str]:
-    """pytest options that keep the nbval plugin out of a unit-test process.
+    """pytest options that keep the nbval and anyio plugins out of a unit-test process.
 
-    pytest loads every installed plugin in every process, and importing nbval (jupyter_client, nbformat
-    and its JSON-schema checks) costs about 2.3 s of CPU, a minute over the unit pass's 27 processes,
-    for tests that open no notebook. Without the plugin, the `--nbval-*` options of pyproject.toml's
-    `addopts` would be unknown, so `addopts` is given again without them."""
+    pytest loads every installed plugin in every process: importing nbval (jupyter_client, nbformat and
+    its JSON-schema checks) costs about 2.3 s of CPU and anyio's (installed for JupyterLab) 0.3 s, over a
+    minute in all for the unit pass's 27 processes, whose tests open no notebook and await nothing.
+    Without nbval, the `--nbval-*` options of pyproject.toml's `addopts` would be unknown, so `addopts`
+    is given again without them."""
     with (ROOT / "pyproject.toml").open("rb") as f:
         addopts = tomllib.load(f)["tool"]["pytest"]["ini_options"]["addopts"]
     kept = [opt for opt in addopts if not opt.startswith("--nbval")]
-    return ["-p", "no:nbval", "-o", f"addopts={shlex.join(kept)}"]
+    return ["-p", "no:nbval", "-p", "no:anyio", "-o", f"addopts={shlex.join(kept)}"]
 
 
 def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None) -> int:

@@ -64,15 +64,16 @@ def test_unit_groups_share_one_process_for_the_light_files_only():
 
 def test_unit_processes_run_without_nbval_and_keep_the_other_options(tmp_path):
     options = passes.without_nbval()
-    assert options[:2] == ["-p", "no:nbval"] and "--nbval" not in options[-1]
+    assert options[:4] == ["-p", "no:nbval", "-p", "no:anyio"] and "--nbval" not in options[-1]
     assert "-p no:cacheprovider" in options[-1]  # the rest of pyproject.toml's addopts still applies
     # The repository's pyproject.toml and conftest.py, as the unit pass uses them, on a probe test in the
-    # git-ignored build/ folder: the options parse, and nbval is never imported.
+    # git-ignored build/ folder: the options parse, and neither plugin is ever imported.
     folder = passes.ROOT / "build" / f"nbval_free_probe_{tmp_path.name}"
     folder.mkdir(parents=True)
     try:
         (folder / "test_probe.py").write_text(
-            "import sys\n\ndef test_probe():\n    assert not any(m.startswith('nbval') for m in sys.modules)\n"
+            "import sys\n\ndef test_probe():\n"
+            "    assert not any(m.split('.')[0] in ('nbval', 'anyio') for m in sys.modules)\n"
         )
         run = subprocess.run(
             [sys.executable, "-m", "pytest", *options, "-q", str(folder / "test_probe.py")],
