@@ -61,8 +61,12 @@ def learner_notebook(nb: nbformat.NotebookNode, keep_outputs: bool = False) -> n
     cells = []
     for cell in copy.cells:
         if is_solution(cell):
-            cells.append(nbformat.v4.new_markdown_cell(NOTE))
-            cells[-1].pop("id", None)  # the course's notebooks are nbformat 4.4, which has no cell ids
+            note = nbformat.v4.new_markdown_cell(NOTE)
+            if "id" in cell:
+                note["id"] = cell["id"]  # nbformat 4.5 requires one: the solution's is stable and unique
+            else:
+                note.pop("id", None)  # nbformat 4.4 has no cell ids
+            cells.append(note)
             continue
         if cell.cell_type == "code" and not keep_outputs:
             cell.outputs, cell.execution_count = [], None

@@ -1,12 +1,13 @@
 """`make student`: the learner edition keeps every lesson cell and no solution (fast, structural checks).
 
-Running the learner edition top to bottom is `tests/run_student.py` (slow: about one pass of the notebooks),
-selected on purpose, not collected by default.
+Running the learner edition top to bottom, with its stored outputs checked by nbval, is the spawn pass of
+`make test` (tests/passes.py).
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -61,6 +62,20 @@ def test_outputs_are_cleared_and_checkers_kept(edition, path):
     checkers = [c for c in code if _source(c).lstrip().startswith("checks.")]
     assert len(checkers) == sum(_source(c) == student.NOTE for c in learner)
     nbformat.validate(nbformat.read(edition / path.name, as_version=4))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_every_cell_keeps_an_id(path):
+    """nbformat 4.5 requires cell ids; nbformat.write only warns and makes up random ones."""
+    original = nbformat.read(path, as_version=4)
+    learner = student.learner_notebook(original)
+    ids = [c.get("id") for c in learner.cells]
+    assert None not in ids and len(set(ids)) == len(ids)
+    solutions = [c["id"] for c in original.cells if student.is_solution(c)]
+    assert [c["id"] for c in learner.cells if c.source == student.NOTE] == solutions  # a note takes its solution's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nbformat.validate(learner)
 
 
 def test_keep_outputs_keeps_the_stored_outputs(tmp_path):
