@@ -16,6 +16,7 @@ import ctypes
 import ctypes.util
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -92,12 +93,54 @@ def _stop_kernel_as_jupyterlab_does(self) -> None:  # noqa: ANN001 - replaces nb
     del self.km
 
 
+_IPC_DIR: str | None = None  # this session's folder for its kernels' sockets
+
+
+def _start_kernel_on_unix_sockets(startup_timeout: int = 60, kernel_name: str = "python", **kwargs):  # noqa: ANN202
+    """nbval's `start_new_kernel`, with the kernel's five ZMQ sockets as Unix sockets in a folder of this
+    session's instead of TCP ports.
+
+    Over TCP, jupyter_client picks five free ports, releases them, and the kernel binds them once it has
+    started, seconds later: any process that asks for a free port in between (the notebooks' torch
+    stores and gloo, the unit tests, the other passes' kernels, all on this machine at once in
+    `make test`) can take one, and the kernel dies before it replies ("Kernel died before replying to
+    kernel_info", seen once here; jupyter/jupyter_client#276). Sockets in a folder of our own cannot
+    collide. What a cell does or prints does not depend on how its kernel talks to nbval."""
+    from nbval.kernel import KernelManager, NbvalKernelspecManager
+
+    km = KernelManager(
+        kernel_name=kernel_name,
+        kernel_spec_manager=NbvalKernelspecManager(),
+        transport="ipc",
+        ip=os.path.join(_IPC_DIR or tempfile.gettempdir(), "kernel"),
+    )
+    km.start_kernel(**kwargs)
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=startup_timeout)
+    except RuntimeError:
+        kc.stop_channels()
+        km.shutdown_kernel()
+        raise
+    return km, kc
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    global _IPC_DIR
     # Only where nbval runs: the unit pass keeps the plugin out of its processes (tests/passes.py).
     if config.pluginmanager.has_plugin("nbval"):
-        from nbval.kernel import RunningKernel
+        from nbval import kernel
 
-        RunningKernel.stop = _stop_kernel_as_jupyterlab_does
+        kernel.RunningKernel.stop = _stop_kernel_as_jupyterlab_does
+        # made before the session's first look at the temporary folder, removed after its last
+        _IPC_DIR = tempfile.mkdtemp(prefix="nbval-ipc-")
+        kernel.start_new_kernel = _start_kernel_on_unix_sockets
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _IPC_DIR is not None:
+        shutil.rmtree(_IPC_DIR, ignore_errors=True)
 
 
 def _own_mp_temp_dir() -> str:

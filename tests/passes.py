@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 try:
     import tomllib
@@ -56,7 +57,10 @@ def default_passes() -> list[Pass]:
         # Each test file that starts processes in a pytest process of its own (the light ones share one,
         # see SHARED_PROCESS): a test that leaves multiprocessing's or torch's process-wide state changed
         # (seen: every later DataLoader batch lost) cannot break another file.
-        Pass("unit tests, hygiene, lint (two pytest processes at a time)", [str(Path(__file__)), "--unit-files"]),
+        Pass(
+            "unit tests, hygiene, lint (one to three pytest processes at a time, as the cores allow)",
+            [str(Path(__file__)), "--unit-files", "--jobs", "3", "--adapt"],
+        ),
         Pass("notebooks, the default start method", ["-m", "pytest", "--nbval", "notebooks"]),
     ]
     methods = mp.get_all_start_methods()
@@ -130,20 +134,31 @@ class Job:
     log: Path
 
 
-def run_jobs(jobs: list[Job], limit: int, finished: Callable[[Job, int, float], None], announce: bool = False) -> None:
+def run_jobs(
+    jobs: list[Job],
+    limit: int,
+    finished: Callable[[Job, int, float], None],
+    announce: bool = False,
+    may_add: Callable[[float], bool] | None = None,
+) -> None:
     """Run `jobs` in the order given, at most `limit` at a time, and call `finished(job, exit code,
-    seconds)` as each one ends. With `announce`, say when each starts and, every minute, which are still
-    running. Whatever happens (Ctrl-C, an error in `finished`), no job is left running."""
+    seconds)` as each one ends. With `may_add`, a job beyond the first one running starts only when
+    `may_add(seconds since the last start)` says so (see `IdleMeter`). With `announce`, say when each
+    starts and, every minute, which are still running. Whatever happens (Ctrl-C, an error in `finished`),
+    no job is left running."""
     pending = list(jobs)
     running: list[tuple[Job, subprocess.Popen[bytes], float]] = []
-    t_all = last_note = time.monotonic()
+    t_all = last_note = last_start = time.monotonic()
     try:
         while pending or running:
             while pending and len(running) < limit:
+                if running and may_add is not None and not may_add(time.monotonic() - last_start):
+                    break
                 job = pending.pop(0)
                 with job.log.open("wb") as out:
                     proc = subprocess.Popen(job.cmd, cwd=ROOT, env=job.env, stdout=out, stderr=subprocess.STDOUT)
-                running.append((job, proc, time.monotonic()))
+                last_start = time.monotonic()
+                running.append((job, proc, last_start))
                 if announce:
                     print(f"passes: started '{job.name}'", flush=True)
             done = [entry for entry in running if entry[1].poll() is not None]
@@ -161,6 +176,51 @@ def run_jobs(jobs: list[Job], limit: int, finished: Callable[[Job, int, float], 
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+class IdleMeter:
+    """Is the machine idle enough for one more unit-test process? (`may_add` of `run_jobs`)
+
+    The unit pass runs beside the three notebook passes, and its files are many short jobs while the
+    notebook passes are three long ones, so it is the one that can adapt. Two unit files at a time beside
+    them oversubscribe the 2 cores for most of the run (every process slower, and more CPU spent in all),
+    yet when the notebook passes wait (on deadlines, on sleeping demos, at their end) the cores idle. So
+    one unit file always runs, and another one starts only when at least `share` of the machine's CPU time
+    was idle over the last `window` seconds and the last start is that long ago (its own start-up counts
+    as load before the next decision)."""
+
+    def __init__(
+        self,
+        share: float = 0.3,
+        window: float = 5.0,
+        cpu_times: Callable[[], Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if cpu_times is None:
+            import psutil
+
+            cpu_times = psutil.cpu_times
+        self._cpu_times, self._clock = cpu_times, clock
+        self.share, self.window = share, window
+        self._samples: list[tuple[float, float, float]] = []  # (time, idle seconds, all seconds)
+
+    def idle_share(self) -> float | None:
+        """The idle share of all CPU time over the last `window` seconds; None until a window has passed."""
+        times = self._cpu_times()
+        now = self._clock()
+        idle = times.idle + getattr(times, "iowait", 0.0)
+        total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)  # in user already
+        self._samples.append((now, idle, total))
+        while len(self._samples) > 2 and self._samples[1][0] <= now - self.window:
+            self._samples.pop(0)
+        t0, idle0, all0 = self._samples[0]
+        if now - t0 < self.window or total <= all0:
+            return None
+        return (idle - idle0) / (total - all0)
+
+    def __call__(self, since_last_start: float) -> bool:
+        share = self.idle_share()
+        return since_last_start >= self.window and share is not None and share >= self.share
 
 
 # Test files that start no worker, pool, group or kernel and change no process-wide state of torch or
@@ -206,9 +266,10 @@ def without_nbval() -> list[str]:
     return ["-p", "no:nbval", "-p", "no:anyio", "-o", f"addopts={shlex.join(kept)}"]
 
 
-def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None) -> int:
-    """Run tests/test_*.py in the pytest processes that `unit_groups` makes, `jobs` at a time; 1 if any
-    failed.
+def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None, adapt: bool = False) -> int:
+    """Run tests/test_*.py in the pytest processes that `unit_groups` makes, `jobs` at a time (with
+    `adapt`, one at a time plus up to `jobs - 1` more while the machine has idle CPU, see `IdleMeter`);
+    1 if any failed.
 
     With more than one job, each process gets a /dev/shm and a temporary folder of its own (the hygiene
     check of one file must not see another's live files). Each process's output is shown whole when it
@@ -236,7 +297,7 @@ def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None)
         name = group[0].name if len(group) == 1 else f"{len(group)} light files"
         todo.append(Job(name, cmd, {**os.environ, "TMPDIR": str(tmpdir)}, base / f"unit{i}.log"))
     try:
-        run_jobs(todo, jobs, finished)
+        run_jobs(todo, jobs, finished, may_add=IdleMeter() if adapt else None)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return worst
@@ -296,10 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serial", action="store_true", help="run the passes one after another")
     parser.add_argument("--unit-files", action="store_true", help=argparse.SUPPRESS)  # the unit-test pass
     parser.add_argument("--jobs", type=int, default=2, help=argparse.SUPPRESS)  # unit-test files at a time
+    parser.add_argument("--adapt", action="store_true", help=argparse.SUPPRESS)  # beyond one, as cores idle
     parser.add_argument("pytest_args", nargs="*", help="extra arguments for every pytest run")
     args = parser.parse_args(argv)
     if args.unit_files:
-        return run_unit_files(args.pytest_args, args.jobs)
+        return run_unit_files(args.pytest_args, args.jobs, adapt=args.adapt)
     if args.under_load:
         sys.path.insert(0, str(ROOT))
         from helpers.environment import usable_cores

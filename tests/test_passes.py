@@ -2,6 +2,7 @@
 allowed, reports each one, leaves none running when something goes wrong, and adds up pytest's counts."""
 
 import importlib.util
+import itertools
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,48 @@ def test_run_jobs_keeps_the_limit_and_reports_every_job(tmp_path):
     assert {name: code for name, code, _ in seen} == {"j0": 0, "j1": 1, "j2": 2}
     spans = sorted((float(a), float(b)) for _, _, (a, b) in seen)
     assert spans[2][0] >= min(spans[0][1], spans[1][1]) - 0.05  # the third started after one had ended
+
+
+def test_run_jobs_adds_a_job_beside_a_running_one_only_when_may_add_says_so(tmp_path):
+    stamp = "import time; print(time.time()); time.sleep(0.3); print(time.time())"
+    asked = []
+
+    def never(since_last_start):
+        asked.append(since_last_start)
+        return False
+
+    jobs = [_job(tmp_path, f"j{i}", stamp) for i in range(3)]
+    seen = []
+    passes.run_jobs(jobs, 3, lambda job, code, secs: seen.append(job.log.read_text().split()), may_add=never)
+    spans = sorted((float(a), float(b)) for a, b in seen)
+    assert len(spans) == 3 and asked  # asked while one ran, and refused
+    assert all(later[0] >= earlier[1] - 0.05 for earlier, later in itertools.pairwise(spans))  # one at a time
+    seen.clear()
+    passes.run_jobs(jobs, 3, lambda job, code, secs: seen.append(job.log.read_text().split()), may_add=lambda s: True)
+    starts = sorted(float(a) for a, _ in seen)
+    assert starts[2] - starts[0] < 0.3  # all three side by side
+
+
+def test_idle_meter_reads_the_idle_share_of_its_last_window_and_waits_after_a_start():
+    from collections import namedtuple
+
+    Times = namedtuple("Times", "user idle iowait")
+    # (clock, user seconds, idle seconds) at each reading, for a window of 5 s
+    readings = iter([(0, 0, 0), (3, 3, 3), (5, 5, 5), (10, 14, 6), (15, 15, 15), (16, 16, 15)])
+    now = [0.0]
+
+    def cpu_times():
+        clock, user, idle = next(readings)
+        now[0] = clock
+        return Times(user, idle, 0.0)
+
+    meter = passes.IdleMeter(share=0.3, window=5.0, cpu_times=cpu_times, clock=lambda: now[0])
+    assert meter.idle_share() is None  # one reading: no window yet
+    assert meter.idle_share() is None  # 3 s of the 5 s window
+    assert meter.idle_share() == pytest.approx(0.5)  # 5 of 10 CPU seconds idle since 0
+    assert meter(since_last_start=9.0) is False  # since 5: 1 of 10 idle
+    assert meter(since_last_start=9.0) is True  # since 10: 9 of 10 idle
+    assert meter(since_last_start=1.0) is False  # idle, but a job started 1 s ago: its start-up is not seen yet
 
 
 def test_run_jobs_leaves_nothing_running_when_a_report_fails(tmp_path):

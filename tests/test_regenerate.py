@@ -176,3 +176,22 @@ def test_regenerate_runs_a_notebook_and_leaves_no_kernel_or_connection_file(tmp_
     assert nbformat.read(path, as_version=4).cells[0].outputs[0]["text"] == "42\n"
     assert set(Path(tempfile.gettempdir()).glob("tmp*.json")) == connection_files
     assert [p for p in psutil.Process().children(recursive=True) if p not in children and p.is_running()] == []
+
+
+def test_nbval_kernels_talk_over_unix_sockets_that_go_with_them(tmp_path, monkeypatch):
+    # conftest.py gives nbval's kernels Unix sockets: TCP ports picked before the kernel binds them can be
+    # taken meanwhile by any process of the suite (a kernel died of it once in `make test`).
+    import conftest
+
+    monkeypatch.setattr(conftest, "_IPC_DIR", str(tmp_path))
+    km, kc = conftest._start_kernel_on_unix_sockets(kernel_name=":nbval-parent-env")
+    try:
+        assert km.transport == "ipc"
+        assert sorted(p.name for p in tmp_path.iterdir()) == [f"kernel-{n}" for n in range(1, 6)]
+        msg_id = kc.execute("print(6 * 7)")
+        reply = kc.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+    assert list(tmp_path.iterdir()) == []
