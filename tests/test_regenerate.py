@@ -178,20 +178,31 @@ def test_regenerate_runs_a_notebook_and_leaves_no_kernel_or_connection_file(tmp_
     assert [p for p in psutil.Process().children(recursive=True) if p not in children and p.is_running()] == []
 
 
-def test_nbval_kernels_talk_over_unix_sockets_that_go_with_them(tmp_path, monkeypatch):
+@pytest.mark.parametrize("long_tmpdir", [False, True], ids=["unix-sockets", "tcp-for-a-long-tmpdir"])
+def test_nbval_kernels_talk_over_unix_sockets_that_go_with_them(long_tmpdir, monkeypatch):
     # conftest.py gives nbval's kernels Unix sockets: TCP ports picked before the kernel binds them can be
-    # taken meanwhile by any process of the suite (a kernel died of it once in `make test`).
+    # taken meanwhile by any process of the suite (a kernel died of it once in `make test`). A socket's
+    # path is limited to about 100 bytes, so a temporary folder with a longer name keeps TCP.
+    import shutil
+    import tempfile
+    from pathlib import Path
+
     import conftest
 
-    monkeypatch.setattr(conftest, "_IPC_DIR", str(tmp_path))
+    folder = Path(tempfile.mkdtemp(prefix="ipc-"))  # not tmp_path: pytest's is too long a name here
+    inside = folder / ("x" * 100 if long_tmpdir else "")
+    inside.mkdir(exist_ok=True)
+    monkeypatch.setattr(conftest, "_IPC_DIR", str(inside))
     km, kc = conftest._start_kernel_on_unix_sockets(kernel_name=":nbval-parent-env")
     try:
-        assert km.transport == "ipc"
-        assert sorted(p.name for p in tmp_path.iterdir()) == [f"kernel-{n}" for n in range(1, 6)]
+        assert km.transport == ("tcp" if long_tmpdir else "ipc")
+        assert sorted(p.name for p in inside.iterdir()) == ([] if long_tmpdir else [f"kernel-{n}" for n in range(1, 6)])
         msg_id = kc.execute("print(6 * 7)")
         reply = kc.get_shell_msg(timeout=30)
         assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=False)
-    assert list(tmp_path.iterdir()) == []
+        left = list(inside.iterdir())
+        shutil.rmtree(folder)
+    assert left == []
