@@ -8,6 +8,7 @@ timeout. Functions that hang or crash on purpose are meant to run under `helpers
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing as mp
 import os
@@ -35,6 +36,7 @@ __all__ = [
     "grad_after_crossing",
     "grow_shared",
     "hold_many_tensors",
+    "remove_segments_of",
     "strategy_in_spawn_child",
     "early_exit_producer",
     "buffer_reuse",
@@ -263,24 +265,49 @@ def hold_many_tensors(count: int = 200, headroom: int = 48, strategy: str | None
     queue, done = ctx.Queue(), ctx.Event()
     producer = ctx.Process(target=_produce_tensors, args=(queue, count, strategy, done))
     kept = []
-    with running([producer], timeout=5):
-        # Only the consumer gets the low limit (a child started later would inherit it).
-        soft, hard = _lower_fd_limit(headroom)
-        try:
-            for _ in range(count):
-                tensor = queue.get(timeout=_WAIT)
-                kept.append(keeper(tensor))
-                del tensor
-        except BaseException:
-            # The producer would wait forever to flush what we can no longer receive. Kill it, and do not
-            # touch `done`: a multiprocessing Event's set() can block on a sleeper that never wakes.
-            producer.kill()
-            raise
-        else:
-            done.set()
-        finally:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        with running([producer], timeout=5):
+            # Only the consumer gets the low limit (a child started later would inherit it).
+            soft, hard = _lower_fd_limit(headroom)
+            try:
+                for _ in range(count):
+                    tensor = queue.get(timeout=_WAIT)
+                    kept.append(keeper(tensor))
+                    del tensor
+            except BaseException:
+                # The producer would wait forever to flush what we can no longer receive. Kill it, and do
+                # not touch `done`: a multiprocessing Event's set() can block on a sleeper that never wakes.
+                producer.kill()
+                raise
+            else:
+                done.set()
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    finally:
+        if producer.exitcode is not None and producer.exitcode < 0 and strategy != "file_system":
+            remove_segments_of(producer.pid)
     return f"kept {len(kept)} tensors"
+
+
+def remove_segments_of(pid: int | None, folder: str = "/dev/shm") -> list[str]:
+    """Remove the shared-memory files that torch named after the dead process `pid`; return their names.
+
+    Under `file_descriptor`, torch creates each segment under a name (`torch_<pid>_<random>_<n>`) and
+    unlinks the name at once, keeping only the descriptor. A process killed between the two leaves the
+    file in /dev/shm for good (seen once in a test run, when the producer above was killed while still
+    sending). Once that process is dead nobody opens the name again: receivers hold descriptors. Not for
+    `file_system`, whose names are the segments' only handle while they live."""
+    if pid is None or isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise ValueError(f"pid must be a positive process id, got {pid!r}")
+    if not os.path.isdir(folder):
+        return []
+    removed = []
+    for name in os.listdir(folder):
+        if name.startswith(f"torch_{pid}_"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, name))
+                removed.append(name)
+    return removed
 
 
 def _report_strategy(outbox: Any) -> None:

@@ -54,6 +54,18 @@ def test_fd_exhaustion_and_its_fixes():
     assert not [f for f in os.listdir("/dev/shm") if f.startswith("torch_")] if os.path.isdir("/dev/shm") else True
 
 
+def test_remove_segments_of_takes_only_the_dead_process_s_names(tmp_path):
+    # A producer killed between creating a segment and unlinking its name leaves torch_<pid>_* behind.
+    for name in ("torch_4242_123_0", "torch_4242_9_17", "torch_42420_1_0", "torch_424_1_0", "sem.mp-x"):
+        (tmp_path / name).write_bytes(b"")
+    assert sorted(sharing.remove_segments_of(4242, folder=str(tmp_path))) == ["torch_4242_123_0", "torch_4242_9_17"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sem.mp-x", "torch_42420_1_0", "torch_424_1_0"]
+    assert sharing.remove_segments_of(4242, folder=str(tmp_path / "none")) == []
+    for bad in (None, 0, -1, True, "4242"):
+        with pytest.raises(ValueError, match="pid must be a positive process id"):
+            sharing.remove_segments_of(bad)
+
+
 @pytest.mark.parametrize(
     "kwargs, error", [({"count": 0}, ValueError), ({"headroom": 4}, ValueError), ({"keep": "all"}, ValueError)]
 )
