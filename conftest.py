@@ -94,7 +94,6 @@ def _stop_kernel_as_jupyterlab_does(self) -> None:  # noqa: ANN001 - replaces nb
 
 
 _IPC_DIR: str | None = None  # this session's folder for its kernels' sockets
-_UNIX_SOCKET_PATH = 103  # bytes: sun_path's room, the smaller of Linux's (108) and macOS's (104), minus the NUL
 
 
 def _start_kernel_on_unix_sockets(startup_timeout: int = 60, kernel_name: str = "python", **kwargs):  # noqa: ANN202
@@ -109,8 +108,10 @@ def _start_kernel_on_unix_sockets(startup_timeout: int = 60, kernel_name: str = 
     collide. What a cell does or prints does not depend on how its kernel talks to nbval."""
     from nbval.kernel import KernelManager, NbvalKernelspecManager
 
+    from helpers.watchdog import _UNIX_SOCKET_PATH  # the room in a socket's address, as the watchdog uses it
+
     prefix = os.path.join(_IPC_DIR or tempfile.gettempdir(), "kernel")
-    # A socket's path has room for 107 bytes on Linux, 103 on macOS; a very long TMPDIR keeps TCP.
+    # a very long TMPDIR keeps TCP
     ipc = {"transport": "ipc", "ip": prefix} if len(os.fsencode(prefix)) + len("-99") <= _UNIX_SOCKET_PATH else {}
     km = KernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager(), **ipc)
     km.start_kernel(**kwargs)
