@@ -9,14 +9,20 @@ the notebooks change.
 
 `--keep-outputs` keeps the stored outputs of the cells that remain (into another folder): nbval can then
 check the learner edition strictly, which is how the test suite runs it under spawn.
+
+An instructor who tried the exercises in `notebooks/` has edited their placeholders (the cells that bind
+the learner's `my_*` names), often into the answer. A handout must not carry that, so the edition takes
+each placeholder from the committed notebook (git's HEAD) and says which ones it replaced; the test
+edition (`--keep-outputs`) checks the working copy as it stands, since that is what a maintainer tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import nbformat
@@ -35,7 +41,7 @@ cleared. Do not edit here: `make student` replaces this folder. Open it with the
 the notebooks import the `helpers` package: `.venv/bin/jupyter lab --ServerApp.root_dir=student`.
 """
 
-__all__ = ["is_solution", "learner_notebook", "build", "main"]
+__all__ = ["is_solution", "placeholders", "committed_notebook", "learner_notebook", "build", "main"]
 
 
 def _source(cell: dict) -> str:
@@ -51,6 +57,61 @@ def is_solution(cell: dict) -> bool:
         return False
     hidden = cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") is True
     return hidden or _source(cell).lstrip().startswith("# Solution")
+
+
+def placeholders(nb: nbformat.NotebookNode) -> list[int]:
+    """The indices of the exercises' placeholder cells, found by structure: an exercise is a markdown task,
+    the code cells the learner edits, a checker cell (`checks....`) and a solution; the placeholders are the
+    code cells between the task and the checker."""
+    if not isinstance(nb, dict) or "cells" not in nb:
+        raise TypeError("nb must be a notebook (nbformat.NotebookNode)")
+    cells, found = nb["cells"], []
+    for index, cell in enumerate(cells):
+        if not is_solution(cell):
+            continue
+        checker = index - 1
+        while checker >= 0 and not (
+            cells[checker].get("cell_type") == "code" and _source(cells[checker]).lstrip().startswith("checks.")
+        ):
+            checker -= 1
+        k = checker - 1
+        while k >= 0 and cells[k].get("cell_type") == "code" and not is_solution(cells[k]):
+            found.append(k)
+            k -= 1
+    return sorted(set(found))
+
+
+def committed_notebook(path: Path) -> nbformat.NotebookNode | None:
+    """`path` as git's HEAD has it, or None where that cannot be told (no git, not a checkout, untracked)."""
+    path = Path(path).resolve()
+    try:
+        relative = path.relative_to(REPO)
+        shown = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"HEAD:{relative.as_posix()}"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (ValueError, OSError, subprocess.TimeoutExpired):
+        return None
+    if shown.returncode != 0:
+        return None
+    return nbformat.reads(shown.stdout, as_version=4)
+
+
+def committed_placeholders(
+    nb: nbformat.NotebookNode, committed: nbformat.NotebookNode
+) -> tuple[nbformat.NotebookNode, list[str]]:
+    """A copy of `nb` whose placeholders are those of `committed` (matched by cell id), and the ids of the
+    placeholders that differed. A placeholder the committed notebook lacks is kept as it is."""
+    copy = nbformat.from_dict(nb)
+    stored = {committed.cells[i].get("id"): committed.cells[i] for i in placeholders(committed)}
+    replaced = []
+    for index in placeholders(copy):
+        cell = copy.cells[index]
+        original = stored.get(cell.get("id"))
+        if original is not None and _source(cell) != _source(original):
+            copy.cells[index] = nbformat.from_dict(original)
+            replaced.append(cell["id"])
+    return copy, replaced
 
 
 def learner_notebook(nb: nbformat.NotebookNode, keep_outputs: bool = False) -> nbformat.NotebookNode:
@@ -76,11 +137,17 @@ def learner_notebook(nb: nbformat.NotebookNode, keep_outputs: bool = False) -> n
     return copy
 
 
-def build(out: Path = REPO / "student", source: Path = NOTEBOOKS, keep_outputs: bool = False) -> list[Path]:
+def build(
+    out: Path = REPO / "student",
+    source: Path = NOTEBOOKS,
+    keep_outputs: bool = False,
+    report: Callable[[str], None] = print,
+) -> list[Path]:
     """Write the learner edition of every `source/NN_*.ipynb` into `out`, replacing an older edition.
 
     `out` is deleted first only when it is an earlier edition (it holds our README) or empty, so that a
-    mistyped path cannot wipe someone's folder.
+    mistyped path cannot wipe someone's folder. Without `keep_outputs` (a handout), placeholders come from
+    the committed notebooks, and `report` gets one line for each one that differed in the working copy.
     """
     out, source = Path(out), Path(source)
     notebooks = sorted(source.glob("[0-9][0-9]_*.ipynb"))
@@ -99,7 +166,18 @@ def build(out: Path = REPO / "student", source: Path = NOTEBOOKS, keep_outputs: 
     written = []
     for path in notebooks:
         target = out / path.name
-        nbformat.write(learner_notebook(nbformat.read(path, as_version=4), keep_outputs), target)
+        nb = nbformat.read(path, as_version=4)
+        if not keep_outputs:
+            committed = committed_notebook(path)
+            if committed is not None:
+                nb, replaced = committed_placeholders(nb, committed)
+                for cell_id in replaced:
+                    report(
+                        f"{path.name}: the placeholder in cell {cell_id} differs from the committed one (an "
+                        "exercise tried in notebooks/?); the edition has the committed placeholder, your copy "
+                        "is unchanged"
+                    )
+        nbformat.write(learner_notebook(nb, keep_outputs), target)
         written.append(target)
     return written
 

@@ -121,3 +121,51 @@ def test_command_line(tmp_path, capsys):
     assert "outputs cleared" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         student.main(["--out", str(student.NOTEBOOKS)])
+
+
+def _exercise(placeholder: str) -> nbformat.NotebookNode:
+    cells = [
+        nbformat.v4.new_markdown_cell("### Exercise 1: a task"),
+        nbformat.v4.new_code_cell(placeholder),
+        nbformat.v4.new_code_cell("checks.thing(my_thing)"),
+        nbformat.v4.new_code_cell("# Solution\nsolution_thing = 2\nchecks.thing(solution_thing)"),
+    ]
+    for i, cell in enumerate(cells):
+        cell["id"] = f"cell-{i}"
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_every_exercise_has_a_placeholder(path):
+    nb = nbformat.read(path, as_version=4)
+    found = student.placeholders(nb)
+    assert len(found) >= sum(student.is_solution(c) for c in nb.cells)
+    assert all(nb.cells[i].cell_type == "code" and not _source(nb.cells[i]).startswith("checks.") for i in found)
+
+
+def test_a_handout_takes_the_committed_placeholders(tmp_path, monkeypatch):
+    """An instructor who solved an exercise in notebooks/ must not hand the answer out (issue 31, point 19)."""
+    committed, edited = _exercise("my_thing = None"), _exercise("my_thing = 2  # the answer")
+    fixed, replaced = student.committed_placeholders(edited, committed)
+    assert replaced == ["cell-1"] and _source(fixed.cells[1]) == "my_thing = None"
+    assert _source(edited.cells[1]) == "my_thing = 2  # the answer"  # the working copy is left alone
+    assert student.committed_placeholders(committed, committed)[1] == []
+
+    source = tmp_path / "notebooks"
+    source.mkdir()
+    nbformat.write(edited, source / "00_x.ipynb")
+    monkeypatch.setattr(student, "committed_notebook", lambda path: committed)
+    lines: list[str] = []
+    handout = student.build(tmp_path / "out", source=source, report=lines.append)[0]
+    assert "my_thing = None" in handout.read_text() and "the answer" not in handout.read_text()
+    assert len(lines) == 1 and "00_x.ipynb" in lines[0] and "cell-1" in lines[0]
+    tested = student.build(tmp_path / "kept", source=source, keep_outputs=True, report=lines.append)[0]
+    assert "the answer" in tested.read_text() and len(lines) == 1  # the test edition checks the working copy
+
+
+def test_committed_notebook_reads_git_head():
+    head = student.committed_notebook(NOTEBOOKS[0])
+    if head is None:
+        pytest.skip("not a git checkout with the notebooks committed")
+    assert [c.get("id") for c in head.cells][:3] == [c.get("id") for c in nbformat.read(NOTEBOOKS[0], 4).cells][:3]
+    assert student.committed_notebook(student.REPO / "no_such.ipynb") is None
