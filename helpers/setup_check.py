@@ -49,7 +49,7 @@ MIN_PYTHON = (3, 10)
 MIN_SHM_FREE = GiB  # chapters 01, 02 and 06 put tens of MB in /dev/shm; 1 GB leaves room for a DataLoader
 NOFILE_HEADROOM = 1024  # descriptors chapter 02's "raise the limit" fix and its 200 kept tensors need
 WIDGETS_EXTENSION = Path("@jupyter-widgets", "jupyterlab-manager", "package.json")
-SETUP_FIRST = "run make setup first (it creates .venv with the pinned packages), then make check again"
+SETUP_FIRST = "run make setup first (it makes .venv with the pinned packages, as make lab does), then make check again"
 
 __all__ = ["Result", "run_checks", "main", "summary"]
 
