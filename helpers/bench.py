@@ -11,7 +11,9 @@ misses its time budget on a very busy machine, a start method the platform lacks
 measured, with the reason; the bench itself never fails on a busy machine, and exits non-zero only with
 `--check`.
 
-Add a figure by writing a function that returns a `Figure` and registering it in `FIGURES`.
+Add a figure by writing a function that returns a `Figure` and registering it in `FIGURES`. `Figure` lives
+in `helpers.timing` (re-exported here), so that chapter modules whose figures the bench imports can build
+one without importing the bench back.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import statistics
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from tqdm import tqdm
@@ -31,7 +33,7 @@ from tqdm import tqdm
 from helpers import capstone, ddp_practice, orientation
 from helpers.environment import default_start_method, usable_cores
 from helpers.errors import short_error
-from helpers.timing import measure_load, read_ratio
+from helpers.timing import Figure, measure_load
 
 __all__ = [
     "Figure",
@@ -44,58 +46,6 @@ __all__ = [
     "ring_allreduce",
     "main",
 ]
-
-
-@dataclass
-class Figure:
-    """One measured ratio. `floor` is the minimum a chapter promises on an idle machine, if any.
-
-    `ratio` is None when the figure could not be measured; `reason` then says why. `load` is the
-    machine's load around the measurement (`helpers.timing.Load.as_dict()`), filled in by `measure()`.
-    """
-
-    ratio: float | None
-    limit: float | None
-    what: str
-    floor: float | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    conditions: dict[str, bool] = field(default_factory=dict)  # what must hold besides the ratio
-    reason: str | None = None
-    load: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def measured(self) -> bool:
-        return self.ratio is not None
-
-    @property
-    def meets_floor(self) -> bool | None:
-        if self.ratio is None or (self.floor is None and not self.conditions):
-            return None
-        return (self.floor is None or self.ratio >= self.floor) and all(self.conditions.values())
-
-    def reading(self) -> str:
-        """The figure read against its limit (helpers.timing.read_ratio), or why it is missing.
-
-        Without a limit the ratio is not a speed-up with a ceiling (spawn's start-up over fork's, a restart's
-        cost, the hand-written ring's time over gloo's): read_ratio would call any value above 1.1 "a real
-        gain", so such a figure is read against its floor, if it has one, and otherwise left to `what`.
-        """
-        if self.ratio is None:
-            return f"not measured: {self.reason}"
-        disturbed = bool(self.load.get("disturbed"))
-        if self.limit is not None:
-            text = read_ratio("ratio", self.ratio, self.limit)
-        elif self.floor is None:
-            text = f"ratio: {self.ratio:.3g}x (no physical limit, no floor: what it measures says how to read it)."
-        else:
-            side = "at or above" if self.ratio >= self.floor else "below"
-            text = f"ratio: {self.ratio:.3g}x (no physical limit), {side} its floor of {self.floor:g}x."
-        if disturbed:
-            text += (
-                f" Disturbed: other programs used {self.load['other_cores_during']:.1f} of "
-                f"{self.load['usable_cores']} cores during it."
-            )
-        return text
 
 
 def threads_vs_processes(n: int = 2_000_000, rounds: int = 5) -> Figure:

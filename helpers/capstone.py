@@ -638,7 +638,7 @@ def capstone_speedup(samples: int = 2048) -> Any:
     worker start-up included (under the default start method, named in the details; under spawn and
     forkserver each worker imports torch, which can outweigh a short job: the ratio without the time to
     the first batch is reported beside it)."""
-    from helpers.bench import Figure
+    from helpers.timing import Figure
 
     plan = steps_plan()
     original = replace(plan[0][1], samples=samples)

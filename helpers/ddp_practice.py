@@ -889,8 +889,7 @@ def pickled_by_reference(fn: Callable[..., Any], timeout: float = 20.0) -> str:
 def no_sync_saving(k: int = 4, steps: int = 2, repeats: int = 5, width: int = HEAVY["width"]) -> Any:
     """Optimizer steps per second of `k`-step accumulation with `no_sync` over the same without it, 2 ranks
     x 1 thread on the communication-heavy model (median of `repeats` alternations): a bench figure."""
-    from helpers.bench import Figure
-    from helpers.timing import measure_load
+    from helpers.timing import Figure, measure_load
 
     options = {"accumulation_timing": {"k": k, "steps": steps, "repeats": repeats, "width": width}}
     with measure_load() as load:
@@ -916,7 +915,7 @@ def no_sync_saving(k: int = 4, steps: int = 2, repeats: int = 5, width: int = HE
 def restart_overhead(epochs: int = 4) -> Any:
     """Wall time of the torchrun job whose rank 1 is killed mid-job and resumed from its snapshot, over the
     same job uninterrupted (no floor), the restart's own time beside it: a bench figure."""
-    from helpers.bench import Figure
+    from helpers.timing import Figure
 
     jobs = crash_and_resume(epochs)
     plain, resumed = jobs["uninterrupted"], jobs["killed and resumed"]

@@ -16,14 +16,15 @@ import math
 import statistics
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 import psutil
 
 from helpers.environment import usable_cores
 
-__all__ = ["Load", "measure_load", "other_cpu", "read_ratio", "Spread", "spread", "DISTURBED_CORES"]
+__all__ = ["Figure", "Load", "measure_load", "other_cpu", "read_ratio", "Spread", "spread", "DISTURBED_CORES"]
 
 # Other processes using this many cores' worth of CPU (or more) during a run make it "disturbed": on a
 # 2-core machine that is a sixth of the machine, enough to move a speed-up by tenths.
@@ -199,3 +200,55 @@ def spread(values: Iterable[float]) -> Spread:
     if not vals:
         raise ValueError("values must hold at least one measurement")
     return Spread(statistics.median(vals), min(vals), max(vals), len(vals))
+
+
+@dataclass
+class Figure:
+    """One measured ratio. `floor` is the minimum a chapter promises on an idle machine, if any.
+
+    `ratio` is None when the figure could not be measured; `reason` then says why. `load` is the
+    machine's load around the measurement (`helpers.timing.Load.as_dict()`), filled in by `measure()`.
+    """
+
+    ratio: float | None
+    limit: float | None
+    what: str
+    floor: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    conditions: dict[str, bool] = field(default_factory=dict)  # what must hold besides the ratio
+    reason: str | None = None
+    load: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> bool:
+        return self.ratio is not None
+
+    @property
+    def meets_floor(self) -> bool | None:
+        if self.ratio is None or (self.floor is None and not self.conditions):
+            return None
+        return (self.floor is None or self.ratio >= self.floor) and all(self.conditions.values())
+
+    def reading(self) -> str:
+        """The figure read against its limit (helpers.timing.read_ratio), or why it is missing.
+
+        Without a limit the ratio is not a speed-up with a ceiling (spawn's start-up over fork's, a restart's
+        cost, the hand-written ring's time over gloo's): read_ratio would call any value above 1.1 "a real
+        gain", so such a figure is read against its floor, if it has one, and otherwise left to `what`.
+        """
+        if self.ratio is None:
+            return f"not measured: {self.reason}"
+        disturbed = bool(self.load.get("disturbed"))
+        if self.limit is not None:
+            text = read_ratio("ratio", self.ratio, self.limit)
+        elif self.floor is None:
+            text = f"ratio: {self.ratio:.3g}x (no physical limit, no floor: what it measures says how to read it)."
+        else:
+            side = "at or above" if self.ratio >= self.floor else "below"
+            text = f"ratio: {self.ratio:.3g}x (no physical limit), {side} its floor of {self.floor:g}x."
+        if disturbed:
+            text += (
+                f" Disturbed: other programs used {self.load['other_cores_during']:.1f} of "
+                f"{self.load['usable_cores']} cores during it."
+            )
+        return text
