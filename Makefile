@@ -19,7 +19,7 @@ export TORCH_BUILD
 USER_ID   ?= $(shell id -u)
 ROOT_ARGS ?= $(if $(filter 0,$(USER_ID)),--allow-root)
 
-.PHONY: lab test test-under-load test-browser notebooks lint setup clean check student
+.PHONY: lab test test-under-load test-browser notebooks lint setup clean check student site
 
 setup: $(STAMP)
 
@@ -67,8 +67,35 @@ $(BROWSER_STAMP): requirements-browser.txt $(STAMP)
 	$(BIN)/python -m pip install --disable-pip-version-check -r requirements-browser.txt
 	@touch $(BROWSER_STAMP)
 
-test-browser: $(BROWSER_STAMP)
+# The course as a website (Sphinx + MyST-NB + sphinx-book-theme, pinned in requirements-site.txt and
+# installed into .venv on first use, with requirements.txt as constraints): every notebook with its stored
+# outputs (nothing is executed), README.md as the landing page, CHEATSHEET.md, INSTRUCTORS.md and
+# site/setup.md, into build/site (git-ignored). `make site SITE_EDITION=learner` builds the learner
+# edition, with no solutions at all, into build/site-learner. Open build/site/README.html in a browser.
+SITE_STAMP   := $(VENV)/.installed-site
+SITE_EDITION ?= full
+SITE_OUT     := build/$(if $(filter learner,$(SITE_EDITION)),site-learner,site)
+# Any Sphinx warning (a link to a missing page or section, an unreadable image) fails the build.
+SITE_STRICT  ?= -W --keep-going
+
+$(SITE_STAMP): requirements-site.txt requirements.txt $(STAMP)
+	$(BIN)/python -m pip install --disable-pip-version-check -r requirements-site.txt -c requirements.txt
+	@touch $(SITE_STAMP)
+
+site: $(SITE_STAMP)
+	@case "$(SITE_EDITION)" in full|learner) ;; *) echo "SITE_EDITION must be full or learner, not '$(SITE_EDITION)'"; exit 2;; esac
+	rm -rf $(SITE_OUT) build/.site-doctrees/$(SITE_EDITION)
+	SITE_EDITION=$(SITE_EDITION) $(BIN)/python -m sphinx -b html -q $(SITE_STRICT) -c site \
+	  -d build/.site-doctrees/$(SITE_EDITION) . $(SITE_OUT)
+	@echo "site ($(SITE_EDITION) edition): open $(SITE_OUT)/README.html"
+
+# The JupyterLab check, then the website (both editions built first) in the same Chromium
+# (tests/browser/site_check.py).
+test-browser: $(BROWSER_STAMP) $(SITE_STAMP)
 	$(BIN)/python tests/browser/lab_check.py
+	$(MAKE) --no-print-directory site SITE_EDITION=full
+	$(MAKE) --no-print-directory site SITE_EDITION=learner
+	$(BIN)/python tests/browser/site_check.py
 
 # Re-execute every notebook top to bottom and store its outputs (run after changing a notebook or helpers).
 notebooks: $(STAMP)
