@@ -47,7 +47,7 @@ import torch
 from helpers.environment import default_start_method
 from helpers.errors import clean, error_line, short_error
 from helpers.processes import join_spawned, remove_error_files, stop
-from helpers.validate import positive_int
+from helpers.validate import non_negative, positive_int
 from helpers.watchdog import FAULTHANDLER_FRAME
 
 __all__ = [
@@ -241,11 +241,14 @@ def rank_main(
     env: dict[str, str] | None = None,
     kwargs: dict[str, Any] | None = None,
     listen_socket: socket.socket | None = None,
+    group_timeout: float = 30.0,
 ) -> None:
     """What every launched rank runs: set its threads and environment, join the group, run the demos
     (results into `outdir/rank<r>.pickle`), destroy the group, and leave. Every rank receives the store's
     `listen_socket` (see `listener`), rank 0 serves on it, the others close their copy. Public for callers
-    that start a rank themselves (e.g. a hang demo whose rank 0 runs in the process the watchdog watches)."""
+    that start a rank themselves (e.g. a hang demo whose rank 0 runs in the process the watchdog watches).
+    `group_timeout` is the group's timeout in seconds (`init_group`): how long a collective waits for a
+    rank that never comes before it raises."""
     torch.set_num_threads(threads)  # first: a forked child of a kernel would hang in OpenMP otherwise
     _answer_stack_requests(outdir, rank)
     if listen_socket is not None and rank != 0:
@@ -259,7 +262,7 @@ def rank_main(
         dist.set_debug_level_from_env()  # read once, at import: a forked child inherits the parent's level
 
     try:
-        init_group(rank, world_size, port=port, init_file=init_file, listen_socket=listen_socket)
+        init_group(rank, world_size, port=port, init_file=init_file, listen_socket=listen_socket, timeout=group_timeout)
     except RuntimeError as exc:  # torch's distributed errors (DistError and its kinds) are RuntimeErrors
         Path(outdir, f"rank{rank}.setup-failed").write_text(str(exc))  # `launch` starts the group again
         raise
@@ -449,6 +452,7 @@ def launch(
     kwargs: dict[str, dict[str, Any]] | None = None,
     tmpdir: str | None = None,
     failures: str = "raise",
+    group_timeout: float = 30.0,
 ) -> dict[int, dict[str, Any]]:
     """Start `world_size` ranks in one process group, run the `demos` (functions
     `fn(rank, world_size, **kwargs[name])`, a list named by `__name__` or a dict name -> function) one
@@ -467,7 +471,8 @@ def launch(
     and the rendezvous file go into a temporary folder (made inside `tmpdir` when given: a caller that may
     be killed passes a folder it removes); torch's error files are removed after the join. When a rank's
     `init_process_group` fails (see `_ATTEMPTS`), the group is started again (up to twice), within the
-    same `timeout`.
+    same `timeout`. `group_timeout` (seconds) is the process group's own timeout: a collective that waits
+    longer for a peer raises in the rank instead of waiting for `timeout`.
     """
     world_size = positive_int("world_size", world_size)
     threads = positive_int("threads", threads)
@@ -479,7 +484,10 @@ def launch(
     method = start_method or default_start_method()
     _check_importable(named, method)
     deadline = time.monotonic() + timeout
-    run = (named, world_size, init, method, threads, dict(env or {}), dict(kwargs or {}), failures)
+    group_timeout = non_negative("group_timeout", group_timeout)
+    if group_timeout == 0:
+        raise ValueError("group_timeout must be > 0 seconds")
+    run = (named, world_size, init, method, threads, dict(env or {}), dict(kwargs or {}), failures, group_timeout)
     for attempt in range(1, _ATTEMPTS + 1):
         with tempfile.TemporaryDirectory(prefix="ddp-", dir=tmpdir) as outdir:
             last = attempt == _ATTEMPTS
@@ -513,6 +521,7 @@ def _launch_once(
     env: dict[str, str],
     kwargs: dict[str, dict[str, Any]],
     failures: str,
+    group_timeout: float,
     outdir: str,
     timeout: float,
     total: float,
@@ -526,8 +535,9 @@ def _launch_once(
     port = sock.getsockname()[1] if sock is not None else None
     init_file = os.path.join(outdir, "rendezvous") if init == "file" else None
     args = (world_size, named, port, init_file, outdir, threads, env, kwargs, sock)
+    target = functools.partial(rank_main, group_timeout=group_timeout)  # a partial of a module function pickles
     try:
-        context = tmp.start_processes(rank_main, args=args, nprocs=world_size, join=False, start_method=method)
+        context = tmp.start_processes(target, args=args, nprocs=world_size, join=False, start_method=method)
     finally:
         if sock is not None:
             sock.close()  # every rank has its own copy now; rank 0 serves on it

@@ -19,6 +19,7 @@ from helpers.checks.ddp_practice import no_sync_accumulation, resume_from_snapsh
 from helpers.checks.distributed import average_gradients, sampler_epochs
 from helpers.checks.hogwild import shared_model, shared_momentum
 from helpers.checks.loading import io_workers, shard_bounds, worker_init_fn
+from helpers.checks.model_parallel import bytes_per_rank, pipeline_split, tensor_parallel_plan
 from helpers.checks.orientation import fork_safe_settings, main_guard_script, threads_per_process
 from helpers.checks.pitfalls import fixed_mystery, safe_get
 from helpers.checks.pool import chunksize_choice, imap_pipeline
@@ -48,4 +49,7 @@ __all__ = [
     "resume_from_snapshot",
     "batch_lr",
     "second_job",
+    "bytes_per_rank",
+    "pipeline_split",
+    "tensor_parallel_plan",
 ]

@@ -1,0 +1,957 @@
+"""Chapter 09, when the model does not fit one process: the functions its ranks run (model parallelism by
+hand, pipelines, tensor parallelism, ZeRO-1 and FSDP2, sharded checkpoints, a 2 x 2 mesh), the
+measurements of memory it makes in one process, and its two bench figures.
+
+Everything runs on CPU with gloo, started by `helpers.launcher` (a store on 127.0.0.1, a free port, a
+short group timeout so that a rank that never comes makes the others raise within seconds). Every rank
+function is `fn(rank, world_size, **kw)` at module level, so spawn and forkserver children can import it.
+Ranks never print: they return numbers and booleans, and the parent prints them sorted by rank.
+
+Bytes are counted from the tensors themselves (`numel() * element_size()`), never from the process's
+memory (RSS), which also holds torch's own libraries and allocator caches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import math
+import os
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from helpers import launcher
+from helpers.validate import positive_int
+
+__all__ = [
+    "GROUP_TIMEOUT",
+    "launch",
+    "make_mlp",
+    "tensor_bytes",
+    "memory_breakdown",
+    "divides",
+    "split_layers",
+    "by_hand",
+    "by_hand_reference",
+    "pipeline_runs",
+    "bubble_formula",
+    "idle_share",
+    "ActivationMeter",
+    "tensor_parallel",
+    "TP_WIDTH",
+    "sharded",
+    "checkpoint_save",
+    "checkpoint_load_one",
+    "mesh_shape",
+    "mesh_2d",
+    "UNBALANCED",
+    "stage_flops",
+    "gpipe_bubble",
+    "predicted_bytes",
+    "fsdp_state_bytes",
+    "pipeline_speedup",
+]
+
+GROUP_TIMEOUT = 10.0  # seconds a collective waits for a peer before it raises (torch's default: 30 min)
+
+
+def launch(demos: Sequence[Any], world_size: int = 2, **options: Any) -> dict[int, dict[str, Any]]:
+    """`helpers.launcher.launch` with this chapter's short group timeout (a collective that waits longer
+    than `GROUP_TIMEOUT` for a peer raises), and the whole launch bounded by `timeout` (default 90 s)."""
+    options.setdefault("group_timeout", GROUP_TIMEOUT)
+    options.setdefault("timeout", 90.0)
+    return launcher.launch(demos, world_size, **options)
+
+
+# ------------------------------------------------------------------------------------------- models
+def make_mlp(widths: Sequence[int], seed: int = 0, act: bool = True) -> nn.Sequential:
+    """Linear layers `widths[0] -> widths[1] -> ...`, a Tanh after each but the last; the same weights for
+    the same `seed` in every process (that is how every rank and the single-process reference agree)."""
+    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or len(widths) < 2:
+        raise TypeError("widths must be a sequence of at least two layer widths")
+    widths = [positive_int("widths[i]", w) for w in widths]
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        layers.append(nn.Linear(a, b))
+        if act and i < len(widths) - 2:
+            layers.append(nn.Tanh())
+    return nn.Sequential(*layers)
+
+
+def data(batch: int, width_in: int, width_out: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """A regression batch (`x`, `y`), the same for the same arguments in every process."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, width_in, generator=gen), torch.randn(batch, width_out, generator=gen)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The part of `t` this process holds: a DTensor's local shard, or `t` itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def tensor_bytes(tensors: Any) -> int:
+    """Bytes held by `tensors` (a tensor, or an iterable of tensors and Nones), from the tensors themselves:
+    `numel * element_size` of what this process holds (a DTensor counts its local shard)."""
+    if isinstance(tensors, torch.Tensor):
+        tensors = [tensors]
+    total = 0
+    for t in tensors:
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"tensors must hold tensors, got {type(t).__name__}")
+        t = _local(t)
+        total += t.numel() * t.element_size()
+    return total
+
+
+def _optimizer_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor in the optimizer's state (Adam: exp_avg, exp_avg_sq and a 0-d `step`)."""
+    return sum(
+        tensor_bytes([v for v in state.values() if isinstance(v, torch.Tensor)]) for state in optimizer.state.values()
+    )
+
+
+# ------------------------------------------------------------------------------- 1. where the memory goes
+class ActivationMeter:
+    """Counts the bytes of the tensors autograd saves for backward (the activations), live and at peak.
+
+    `torch.autograd.graph.saved_tensors_hooks` hands every saved tensor to `pack`; we wrap it in a small
+    object that adds its bytes while it lives and subtracts them when autograd frees it (after backward,
+    or when the graph is dropped). Tensors that share storage with a parameter (Linear saves its weight
+    for backward) are not activations and are not counted."""
+
+    def __init__(self, params: Sequence[torch.Tensor] = ()) -> None:
+        self.exclude = {_local(p).untyped_storage().data_ptr() for p in params}
+        self.live = 0
+        self.peak = 0
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        return _Saved(self, t)
+
+    @staticmethod
+    def _unpack(saved: Any) -> torch.Tensor:
+        return saved.tensor
+
+    def hooks(self) -> Any:
+        """The context in which autograd's saved tensors are counted."""
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+
+class _Saved:
+    __slots__ = ("meter", "tensor", "nbytes")
+
+    def __init__(self, meter: ActivationMeter, t: torch.Tensor) -> None:
+        self.meter, self.tensor = meter, t
+        counted = t.layout == torch.strided and t.untyped_storage().data_ptr() not in meter.exclude
+        self.nbytes = t.numel() * t.element_size() if counted else 0
+        meter.live += self.nbytes
+        meter.peak = max(meter.peak, meter.live)
+
+    def __del__(self) -> None:
+        self.meter.live -= self.nbytes
+
+
+def memory_breakdown(
+    widths: Sequence[int] = (256, 512, 512, 256), batches: Sequence[int] = (16, 128, 1024)
+) -> dict[str, Any]:
+    """One process, one Adam step of `make_mlp(widths)` per batch size: the bytes of parameters, gradients,
+    Adam's state and the activations saved for backward, each counted from the tensors. Returns the
+    counts, the parameter count, and per batch size the activation bytes."""
+    if isinstance(batches, (str, bytes)) or not isinstance(batches, Sequence) or not batches:
+        raise TypeError("batches must be a non-empty sequence of batch sizes")
+    batches = [positive_int("batches[i]", b) for b in batches]
+    rows: dict[int, int] = {}
+    model = make_mlp(widths)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for batch in batches:
+        x, y = data(batch, widths[0], widths[-1])
+        meter = ActivationMeter(list(model.parameters()))
+        optimizer.zero_grad(set_to_none=True)
+        with meter.hooks():
+            loss = nn.functional.mse_loss(model(x), y)
+        rows[batch] = meter.live  # everything saved is still alive before backward
+        loss.backward()
+        optimizer.step()
+    params = list(model.parameters())
+    numel = sum(p.numel() for p in params)
+    state = [s for s in optimizer.state.values()]
+    return {
+        "parameters": numel,
+        "parameter bytes": tensor_bytes(params),
+        "gradient bytes": tensor_bytes([p.grad for p in params]),
+        "Adam moment bytes": sum(tensor_bytes([s["exp_avg"], s["exp_avg_sq"]]) for s in state),
+        "Adam step bytes": sum(tensor_bytes(s["step"]) for s in state),
+        "activation bytes by batch": rows,
+        "dtype": str(params[0].dtype).replace("torch.", ""),
+    }
+
+
+# ------------------------------------------------------------------------- 2. model parallelism by hand
+def divides(name: str, layers: int, parts: int) -> None:
+    """A ValueError naming `name` unless `parts` stages can take `layers` layers evenly."""
+    layers, parts = positive_int("layers", layers), positive_int(name, parts)
+    if layers % parts:
+        raise ValueError(f"{name}={parts} does not divide the model's {layers} layers evenly")
+
+
+def split_layers(model: nn.Sequential, stages: int) -> list[nn.Sequential]:
+    """`model`'s Linear layers (each with the activation after it) in `stages` consecutive stages of equal
+    size. A ValueError when `stages` does not divide the number of Linear layers."""
+    if not isinstance(model, nn.Sequential):
+        raise TypeError(f"model must be an nn.Sequential, got {type(model).__name__}")
+    blocks: list[list[nn.Module]] = []
+    for module in model:
+        if isinstance(module, nn.Linear) or not blocks:
+            blocks.append([module])
+        else:
+            blocks[-1].append(module)
+    divides("stages", len(blocks), stages)
+    per = len(blocks) // stages
+    return [nn.Sequential(*[m for block in blocks[i * per : (i + 1) * per] for m in block]) for i in range(stages)]
+
+
+BY_HAND = {"widths": (64, 256, 256, 256, 8), "batch": 64, "steps": 3, "lr": 0.05}
+
+
+def by_hand(rank: int, world_size: int, steps: int = BY_HAND["steps"]) -> dict[str, Any]:
+    """Two ranks, one stage each: rank 0 runs the first half of the model and `dist.send`s its output;
+    rank 1 `dist.recv`s it, runs the second half and the loss, backwards, and sends the gradient of its
+    input back; rank 0 `dist.recv`s that and backwards its half with `torch.autograd.backward(out, grad)`.
+    SGD steps on each half. Returns the losses (rank 1), the weights after `steps` steps, and when each
+    rank computed (for a timeline)."""
+    import torch.distributed as dist
+
+    if world_size != 2:
+        raise ValueError(f"world_size must be 2 (one rank per stage), got {world_size}")
+    steps = positive_int("steps", steps)
+    widths, batch = BY_HAND["widths"], BY_HAND["batch"]
+    stage = split_layers(make_mlp(widths), 2)[rank]  # every rank builds the whole model, keeps its half
+    optimizer = torch.optim.SGD(stage.parameters(), lr=BY_HAND["lr"])
+    x, y = data(batch, widths[0], widths[-1])
+    width = widths[(len(widths) - 1) // 2]  # what crosses between the halves: batch x width
+    losses, spans = [], []
+    dist.barrier()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        if rank == 0:
+            start = time.perf_counter()
+            out = stage(x)
+            spans.append(("forward", start, time.perf_counter()))
+            dist.send(out.detach(), dst=1)
+            grad = torch.empty_like(out)
+            dist.recv(grad, src=1)
+            start = time.perf_counter()
+            torch.autograd.backward(out, grad)  # the rest of the chain rule: d loss / d out came from rank 1
+            spans.append(("backward", start, time.perf_counter()))
+        else:
+            h = torch.empty(batch, width)
+            dist.recv(h, src=0)
+            h.requires_grad_()  # a leaf here: its .grad is what rank 0 needs
+            start = time.perf_counter()
+            loss = nn.functional.mse_loss(stage(h), y)
+            spans.append(("forward", start, time.perf_counter()))
+            start = time.perf_counter()
+            loss.backward()
+            spans.append(("backward", start, time.perf_counter()))
+            dist.send(h.grad, dst=0)
+            losses.append(loss.item())
+        optimizer.step()
+    return {"losses": losses, "state": {k: v.clone() for k, v in stage.state_dict().items()}, "spans": spans}
+
+
+def by_hand_reference(steps: int = BY_HAND["steps"]) -> dict[str, Any]:
+    """The same training in one process: losses and weights (keys as the two halves name them)."""
+    steps = positive_int("steps", steps)
+    widths = BY_HAND["widths"]
+    model = make_mlp(widths)
+    optimizer = torch.optim.SGD(model.parameters(), lr=BY_HAND["lr"])
+    x, y = data(BY_HAND["batch"], widths[0], widths[-1])
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    halves = split_layers(model, 2)
+    return {"losses": losses, "states": [{k: v.clone() for k, v in h.state_dict().items()} for h in halves]}
+
+
+# ----------------------------------------------------------------------------------------- 3. pipelines
+PIPE = {"width": 768, "layers": 4, "microbatch": 256}  # heavy enough that compute outweighs the sends
+
+
+def bubble_formula(stages: int, microbatches: int) -> float:
+    """The idle share of a GPipe or 1F1B schedule with equal stages: (p - 1) / (m + p - 1)."""
+    p, m = positive_int("stages", stages), positive_int("microbatches", microbatches)
+    return (p - 1) / (m + p - 1)
+
+
+class _Mark(torch.autograd.Function):
+    """Identity in forward; in backward, notes the time (the start or end of a stage's backward)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, anchor: torch.Tensor, log: list, key: tuple) -> torch.Tensor:
+        ctx.log, ctx.key = log, key
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        ctx.log.append((*ctx.key, time.perf_counter()))
+        return grad, torch.zeros(()), None, None
+
+
+class TimedStage(nn.Module):
+    """A pipeline stage that records when it computes: (kind, microbatch, start, end) for each forward and
+    backward, and the peak bytes of activations it holds (`ActivationMeter`). The marks are identity
+    functions: what the stage computes is unchanged."""
+
+    def __init__(self, body: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+        self.log: list[tuple] = []
+        self.count = 0
+        self.anchor = torch.zeros((), requires_grad=True)  # makes the input mark part of the graph
+        self.meter = ActivationMeter(list(body.parameters()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mb, self.count = self.count, self.count + 1
+        start = time.perf_counter()
+        x = _Mark.apply(x, self.anchor, self.log, ("backward end", mb))
+        with self.meter.hooks():
+            y = self.body(x)
+        y = _Mark.apply(y, self.anchor, self.log, ("backward start", mb))
+        self.log.append(("forward", mb, start, time.perf_counter()))
+        return y
+
+    def spans(self) -> list[tuple[str, int, float, float]]:
+        """(kind, microbatch, start, end) for every forward and backward, in order of start."""
+        out = [(k, mb, a, b) for k, mb, a, b in (e for e in self.log if len(e) == 4)]
+        starts = {mb: t for k, mb, t in (e for e in self.log if len(e) == 3) if k == "backward start"}
+        out += [
+            ("backward", mb, starts[mb], t) for k, mb, t in (e for e in self.log if len(e) == 3) if k == "backward end"
+        ]
+        return sorted(out, key=lambda s: s[2])
+
+    def reset(self) -> None:
+        self.log.clear()
+        self.count = 0
+        self.meter.peak = self.meter.live
+
+
+def _pipe_model(split: Sequence[int] | None = None) -> tuple[nn.Sequential, list[nn.Sequential]]:
+    """The pipeline chapter's model and its 2 stages: equal halves, or `split` = (layers of stage 0, of 1)."""
+    layers, width = PIPE["layers"], PIPE["width"]
+    model = make_mlp([width] * (layers + 1))
+    if split is None:
+        return model, split_layers(model, 2)
+    blocks = split_layers(model, layers)
+    return model, [nn.Sequential(*blocks[: split[0]]), nn.Sequential(*blocks[split[0] :])]
+
+
+def _schedule(kind: str, stage: Any, microbatches: int) -> Any:
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+
+    if kind not in ("GPipe", "1F1B"):
+        raise ValueError(f"schedule must be 'GPipe' or '1F1B', got {kind!r}")
+    cls = ScheduleGPipe if kind == "GPipe" else Schedule1F1B
+    return cls(stage, n_microbatches=microbatches, loss_fn=nn.functional.mse_loss)
+
+
+def _pipeline_step(
+    rank: int, world_size: int, kind: str, microbatches: int, split: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """One training step (forward and backward of `microbatches` micro-batches, no optimizer step) of the
+    2-stage pipeline with schedule `kind`, timed from a barrier: each stage's spans, the step's start, its
+    peak activation bytes, the losses (last stage) and the gradients."""
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+
+    _, stages = _pipe_model(split)
+    stage_module = TimedStage(stages[rank])
+    batch = PIPE["microbatch"] * microbatches
+    x, y = data(batch, PIPE["width"], PIPE["width"])
+    stage = PipelineStage(stage_module, rank, world_size, torch.device("cpu"))
+    schedule = _schedule(kind, stage, microbatches)
+    result: dict[str, Any] = {}
+    for attempt in ("warm-up", "timed"):  # the first step also infers the shapes between the stages
+        stage_module.reset()
+        stage_module.body.zero_grad(set_to_none=True)
+        losses: list[torch.Tensor] = []
+        dist.barrier()
+        start = time.perf_counter()
+        if rank == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=y, losses=losses)
+        end = time.perf_counter()
+        result = {
+            "start": start,
+            "end": end,
+            "spans": stage_module.spans(),
+            "peak activation bytes": stage_module.meter.peak,
+            "losses": [loss.item() for loss in losses],
+            "grads": [p.grad.clone() for p in stage_module.body.parameters()],
+            "attempt": attempt,
+        }
+    return result
+
+
+def pipeline_runs(
+    rank: int,
+    world_size: int,
+    microbatch_counts: Sequence[int] = (2, 4, 8),
+    schedules: Sequence[str] = ("GPipe", "1F1B"),
+    splits: Sequence[Sequence[int]] = ((3, 1),),
+) -> dict[str, Any]:
+    """Every (schedule, micro-batch count) of the balanced 2-stage pipeline, then GPipe with the deepest
+    count on each unbalanced `split`: one step each (after a warm-up), in one process group."""
+    if world_size != 2:
+        raise ValueError(f"world_size must be 2 (the pipeline has 2 stages), got {world_size}")
+    counts = [positive_int("microbatch_counts[i]", m) for m in microbatch_counts]
+    runs: dict[str, Any] = {}
+    for kind in schedules:
+        for m in counts:
+            runs[f"{kind} m={m}"] = _pipeline_step(rank, world_size, kind, m)
+    for split in splits:
+        if len(split) != 2 or sum(split) != PIPE["layers"] or min(split) < 1:
+            raise ValueError(f"splits must be pairs of layer counts adding up to {PIPE['layers']}, got {split}")
+        runs[f"GPipe m={max(counts)} split={tuple(split)}"] = _pipeline_step(
+            rank, world_size, "GPipe", max(counts), split
+        )
+    return runs
+
+
+def idle_share(ranks: Sequence[dict[str, Any]]) -> float:
+    """The measured bubble of one pipeline step: the share of (stages x step time) in which no stage
+    computed. The step runs from the earliest start (after the barrier) to the last span's end; each
+    stage's busy time is the sum of its forward and backward spans."""
+    if not ranks:
+        raise ValueError("ranks must hold the results of every stage")
+    start = min(r["start"] for r in ranks)
+    end = max(max(s[3] for s in r["spans"]) for r in ranks)
+    busy = sum(s[3] - s[2] for r in ranks for s in r["spans"])
+    return 1.0 - busy / (len(ranks) * (end - start))
+
+
+def pipeline_reference(microbatches: int) -> dict[str, Any]:
+    """The same step in one process on the whole batch: the loss and the gradients of each stage."""
+    model, stages = _pipe_model()
+    x, y = data(PIPE["microbatch"] * microbatches, PIPE["width"], PIPE["width"])
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    return {"loss": loss.item(), "grads": [[p.grad.clone() for p in s.parameters()] for s in stages]}
+
+
+def timeline_figure(rows: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Any:
+    """A Gantt chart per run: a lane per stage, a bar per forward (light) and backward (dark), numbered by
+    micro-batch; the time axis starts at the step's start (after the barrier)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(rows), 1, figsize=(8, 0.6 + 1.1 * len(rows)), squeeze=False)
+    for ax, (title, ranks) in zip(axes[:, 0], rows, strict=True):
+        start = min(r["start"] for r in ranks)
+        for lane, r in enumerate(ranks):
+            for kind, mb, a, b in r["spans"]:
+                colour = "#9ecae1" if kind == "forward" else "#3182bd"
+                ax.barh(lane, b - a, left=a - start, height=0.6, color=colour, edgecolor="black", linewidth=0.3)
+                ax.text((a + b) / 2 - start, lane, str(mb), ha="center", va="center", fontsize=7)
+        ax.set_yticks(range(len(ranks)))
+        ax.set_yticklabels([f"stage {i}" for i in range(len(ranks))], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel("seconds since the step started (forward light, backward dark)")
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------------------------ 4. tensor parallel
+TP_WIDTH = 64  # the block: Linear(64 -> 256), ReLU, Linear(256 -> 64)
+
+
+class Block(nn.Module):
+    """The two-layer MLP block of a transformer: `up` widens by 4, `down` narrows back."""
+
+    def __init__(self, width: int = TP_WIDTH, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def _counts(mode: Any) -> dict[str, int]:
+    """CommDebugMode's counts as {'all_reduce': n, ...} (the op names without namespaces)."""
+    return {str(getattr(op, "__name__", op)).split(".")[-1]: n for op, n in mode.get_comm_counts().items() if n}
+
+
+def _placements(t: Any) -> str:
+    return str(tuple(t.placements)) if hasattr(t, "placements") else "plain tensor"
+
+
+def tensor_parallel(rank: int, world_size: int, plan: dict[str, Any] | None = None, runs: int = 1) -> dict[str, Any]:
+    """Megatron's split of `Block` over a 1-D mesh of all ranks: `parallelize_module(block, mesh, plan)`
+    (default: `up` column-wise, `down` row-wise), then one forward and backward on the same input in every
+    rank, counted by `CommDebugMode`. Compared with the block in one process: the output, the gradients
+    (gathered with `full_tensor()`), the collectives of forward and backward, the placements, and the
+    bytes of the weights this rank holds. `runs` repeats the whole on fresh blocks (for checker tests)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    runs = positive_int("runs", runs)
+    if plan is None:
+        plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
+    if not isinstance(plan, dict):
+        raise TypeError(
+            f"plan must be a dict of layer name -> ColwiseParallel()/RowwiseParallel(), got {type(plan).__name__}"
+        )
+    mesh = init_device_mesh("cpu", (world_size,))
+    x, _ = data(8, TP_WIDTH, TP_WIDTH, seed=3)
+    x.requires_grad_()  # as inside a deeper model: the block's backward also yields its input's gradient
+    reference = Block()
+    expected = reference(x)
+    expected.sum().backward()
+    expected_input_grad, x.grad = x.grad, None
+    rows = []
+    for _ in range(runs):
+        row: dict[str, Any] = {"error": None}
+        try:
+            block = parallelize_module(Block(), mesh, dict(plan))
+            with CommDebugMode() as forward_mode:
+                out = block(x)
+            local = _local(out)
+            row["output shape"] = tuple(local.shape)
+            row["output equal"] = tuple(local.shape) == tuple(expected.shape) and torch.allclose(
+                local, expected, atol=1e-5, rtol=1e-5
+            )
+            with CommDebugMode() as backward_mode:
+                out.sum().backward()
+            row["forward collectives"] = _counts(forward_mode)
+            row["backward collectives"] = _counts(backward_mode)
+            grads_equal = True
+            for p, q in zip(block.parameters(), reference.parameters(), strict=True):
+                full = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+                grads_equal &= torch.allclose(full, q.grad, atol=1e-5, rtol=1e-5)
+            row["gradients equal"] = bool(grads_equal) and torch.allclose(
+                _local(x.grad), expected_input_grad, atol=1e-5
+            )
+            x.grad = None
+            row["placements"] = {name: _placements(p) for name, p in block.named_parameters()}
+            row["weight bytes here"] = tensor_bytes(list(block.parameters()))
+            row["weight bytes whole"] = tensor_bytes(list(reference.parameters()))
+        except Exception as exc:  # noqa: BLE001 - a wrong plan fails in torch; the checker reports it
+            row["error"] = launcher.describe_error(exc)
+        rows.append(row)
+    return rows[0] if runs == 1 else {"runs": rows}
+
+
+# ------------------------------------------------------------------------------ 5. sharded data parallel
+SHARD = {"widths": (32, 256, 256, 32), "batch": 16, "steps": 5, "lr": 1e-3}
+
+
+class _CollectiveLog(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records every c10d collective that passes through torch's dispatcher (FSDP2's all-gathers and
+    reduce-scatters): its name and the bytes of the full tensor it moves (the gathered output of an
+    all-gather, the input of a reduce-scatter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = func.__name__.split(".")[0]
+        if func.namespace == "c10d" and name not in ("wait", "barrier", "monitored_barrier_"):
+            sizes = [tensor_bytes(a) for a in _flat_tensors(args)]
+            self.calls.append((name.strip("_"), max(sizes, default=0)))
+        return func(*args, **(kwargs or {}))
+
+
+def _flat_tensors(args: Any) -> Iterator[torch.Tensor]:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _flat_tensors(a)
+
+
+def _train(model: nn.Module, optimizer: Any, x: torch.Tensor, y: torch.Tensor, steps: int) -> list[float]:
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _state_bytes(model: nn.Module, optimizer: Any) -> dict[str, int]:
+    params = list(model.parameters())
+    return {
+        "parameters": tensor_bytes(params),
+        "gradients": tensor_bytes([p.grad for p in params]),
+        "optimizer": _optimizer_bytes(optimizer),
+    }
+
+
+def _fsdp(model: nn.Sequential, mesh: Any, reshard: bool = True) -> nn.Module:
+    """FSDP2: each Linear its own unit (gathered just before it runs), then the whole model."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    return model
+
+
+def _full_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in model.state_dict().items()
+    }
+
+
+def sharded(rank: int, world_size: int, steps: int = SHARD["steps"]) -> dict[str, Any]:
+    """The same model, data and Adam, trained `steps` steps three ways: DDP, DDP with ZeRO-1
+    (`ZeroRedundancyOptimizer`) and FSDP2 (`fully_shard`). Each rank trains on its own slice of the batch.
+    Returns per way the bytes this rank holds (parameters, gradients, optimizer state), the weights
+    after training (FSDP's gathered with `full_tensor`), and the collectives of one more step counted;
+    FSDP once more with `reshard_after_forward=False`."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    steps = positive_int("steps", steps)
+    widths, lr = SHARD["widths"], SHARD["lr"]
+    x, y = data(SHARD["batch"] * world_size, widths[0], widths[-1])
+    x, y = x.chunk(world_size)[rank], y.chunk(world_size)[rank]
+    out: dict[str, Any] = {}
+
+    ddp = DDP(make_mlp(widths))
+    adam = torch.optim.Adam(ddp.parameters(), lr=lr)
+    out["DDP losses"] = _train(ddp, adam, x, y, steps)
+    out["DDP bytes"] = _state_bytes(ddp, adam)
+    out["DDP weights"] = _full_state(ddp.module)
+    ddp_bucket_bytes: list[int] = []
+
+    def counting_hook(state, bucket):  # noqa: ANN001, ANN202 - DDP rejects string annotations here
+        ddp_bucket_bytes.append(tensor_bytes(bucket.buffer()))
+        return allreduce_hook(state, bucket)  # then all-reduce as DDP would
+
+    ddp.register_comm_hook(None, counting_hook)
+    _train(ddp, adam, x, y, 1)
+    out["DDP collectives"] = [("all_reduce", n) for n in ddp_bucket_bytes]
+    del ddp, adam
+
+    zero_model = DDP(make_mlp(widths))
+    zero = ZeroRedundancyOptimizer(zero_model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
+    out["ZeRO-1 losses"] = _train(zero_model, zero, x, y, steps)
+    out["ZeRO-1 bytes"] = _state_bytes(zero_model, zero.optim)
+    out["ZeRO-1 weights"] = _full_state(zero_model.module)
+    del zero, zero_model
+    gc.collect()  # a ZeroRedundancyOptimizer alive at destroy_process_group was seen to abort (chapter 07)
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    for reshard in (True, False):
+        name = "FSDP" if reshard else "FSDP no reshard"
+        model = _fsdp(make_mlp(widths), mesh, reshard)
+        adam = torch.optim.Adam(model.parameters(), lr=lr)
+        losses = _train(model, adam, x, y, steps)
+        if reshard:
+            out["FSDP losses"] = losses
+            out["FSDP bytes"] = _state_bytes(model, adam)
+            out["FSDP weights"] = _full_state(model)
+            out["FSDP placements"] = {k: _placements(p) for k, p in model.named_parameters()}
+        log = _CollectiveLog()
+        adam.zero_grad()
+        with log:
+            loss = nn.functional.mse_loss(model(x), y)
+            forward_calls = len(log.calls)
+            loss.backward()
+        out[f"{name} collectives"] = log.calls
+        out[f"{name} forward collectives"] = forward_calls
+        del model, adam
+    out["parameter bytes"] = tensor_bytes(list(make_mlp(widths).parameters()))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- 6. checkpoints
+def _dcp_state(model: nn.Module, optimizer: Any) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optim": optim_state}
+
+
+def checkpoint_save(rank: int, world_size: int, folder: str = "", steps: int = 3) -> dict[str, Any]:
+    """Train an FSDP2 model `steps` Adam steps and save it with `torch.distributed.checkpoint.save` into
+    `folder`: every rank writes its own shards, in parallel. Returns what this rank wrote and, gathered
+    for the comparison, the full weights and Adam state (a full state dict, which is what does not scale)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if not folder:
+        raise ValueError("folder must name the checkpoint's folder")
+    widths = SHARD["widths"]
+    mesh = init_device_mesh("cpu", (world_size,))
+    model = _fsdp(make_mlp(widths), mesh)
+    adam = torch.optim.Adam(model.parameters(), lr=SHARD["lr"])
+    x, y = data(SHARD["batch"] * world_size, widths[0], widths[-1])
+    _train(model, adam, x.chunk(world_size)[rank], y.chunk(world_size)[rank], positive_int("steps", steps))
+    dcp.save(_dcp_state(model, adam), checkpoint_id=folder)
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_full, optim_full = get_state_dict(model, adam, options=full)
+    return {
+        "files": sorted(os.listdir(folder)),
+        "model": {k: v.clone() for k, v in model_full.items()} if rank == 0 else {},
+        "optim": _flat_optim(optim_full) if rank == 0 else {},
+    }
+
+
+def _flat_optim(optim_state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """An optimizer state dict (`get_state_dict`'s, keyed by parameter names) as {name.key: tensor}."""
+    flat = {}
+    for name, state in optim_state["state"].items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                flat[f"{name}.{key}"] = _local(value).detach().clone()
+    return flat
+
+
+def checkpoint_load_one(folder: str) -> dict[str, Any]:
+    """Load the 2-rank checkpoint in `folder` into one process (no process group): a plain model and Adam,
+    `dcp.load` fills the state dict that `get_state_dict` describes, `set_state_dict` puts it in place.
+    Returns the weights and the Adam state, as `checkpoint_save` returns the gathered ones."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model = make_mlp(SHARD["widths"], seed=99)  # other weights: they must all come from the checkpoint
+    adam = torch.optim.Adam(model.parameters(), lr=SHARD["lr"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no process group: loading in a single process", what we want
+        state = _dcp_state(model, adam)
+        dcp.load(state, checkpoint_id=folder)
+    set_state_dict(model, adam, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    _, optim_state = get_state_dict(model, adam)
+    return {"model": {k: v.detach().clone() for k, v in model.state_dict().items()}, "optim": _flat_optim(optim_state)}
+
+
+# ------------------------------------------------------------------------------------------ 7. 2 x 2 mesh
+def mesh_shape(world_size: int, tp: int = 2) -> tuple[int, int]:
+    """(data-parallel size, tensor-parallel size) for `world_size` ranks with `tp` ranks per tensor
+    group; a ValueError when the mesh cannot take that many ranks."""
+    world_size, tp = positive_int("world_size", world_size), positive_int("tp", tp)
+    if world_size % tp:
+        raise ValueError(f"world_size={world_size} cannot form a mesh with tp={tp} ranks per tensor group")
+    return world_size // tp, tp
+
+
+def mesh_2d(rank: int, world_size: int) -> dict[str, Any]:
+    """A 2 x 2 mesh of 4 ranks ("dp", "tp"): `Block` (tiny) tensor-parallel over "tp", then FSDP2 over "dp";
+    each dp group trains on its own half of the batch for one SGD step. Returns the mesh coordinates, the
+    placements of the weights, the bytes held, and the loss and weights compared with one process."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    dp, tp = mesh_shape(world_size)
+    # Two notices this demo triggers on purpose, kept out of the rank's stderr: gathering a weight sharded
+    # twice on one dimension takes two all-gathers, and the block returns a view of its output.
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
+    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    width = 8
+    block = parallelize_module(Block(width), mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    fully_shard(block, mesh=mesh["dp"])
+    x, y = data(4 * dp, width, width, seed=5)
+    mine = mesh.get_coordinate()[0]
+    sgd = torch.optim.SGD(block.parameters(), lr=0.1)
+    loss = nn.functional.mse_loss(block(x.chunk(dp)[mine]), y.chunk(dp)[mine])
+    loss.backward()
+    sgd.step()
+    reference = Block(width)
+    ref_sgd = torch.optim.SGD(reference.parameters(), lr=0.1)
+    ref_losses = [nn.functional.mse_loss(reference(xs), ys) for xs, ys in zip(x.chunk(dp), y.chunk(dp), strict=True)]
+    (sum(ref_losses) / dp).backward()
+    ref_sgd.step()
+    full = _full_state(block)
+    return {
+        "coordinate": tuple(mesh.get_coordinate()),
+        "placements": {k: _placements(p) for k, p in block.named_parameters()},
+        "weight bytes here": tensor_bytes(list(block.parameters())),
+        "weight bytes whole": tensor_bytes(list(reference.parameters())),
+        "loss equal": math.isclose(loss.item(), ref_losses[mine].item(), rel_tol=1e-5, abs_tol=1e-6),
+        "weights equal": all(torch.allclose(full[k], v, atol=1e-5) for k, v in reference.state_dict().items()),
+    }
+
+
+# ------------------------------------------------------------------------------------------- exercises
+# Exercise 2: an unbalanced model, 6 light layers (256 -> 256) then two heavy ones (256 -> 768 -> 256).
+UNBALANCED = (256, 256, 256, 256, 256, 256, 256, 768, 256)
+
+
+def stage_flops(widths: Sequence[int], split: int, batch: int = 32) -> list[int]:
+    """The floating-point operations of forward and backward of each of 2 stages when the layers of
+    `make_mlp(widths)` are cut after layer `split` (stage 0: layers 0..split-1), counted by
+    `torch.utils.flop_counter.FlopCounterMode`: a measurement that the machine's load cannot disturb."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layers = len(widths) - 1
+    if isinstance(split, bool) or not isinstance(split, int):
+        raise TypeError(f"split must be an int (the number of layers in stage 0), got {type(split).__name__}")
+    if not 1 <= split < layers:
+        raise ValueError(f"split must be in 1..{layers - 1} (both stages need a layer), got {split}")
+    blocks = split_layers(make_mlp(widths), layers)
+    stages = [nn.Sequential(*blocks[:split]), nn.Sequential(*blocks[split:])]
+    x = torch.randn(batch, widths[0])  # the data: stage 0 computes no gradient for its input
+    flops = []
+    for i, stage in enumerate(stages):
+        x = x.detach().requires_grad_(i > 0)  # stage 1 sends the gradient of its input back to stage 0
+        with FlopCounterMode(display=False) as counter:
+            out = stage(x)
+            out.sum().backward()
+        flops.append(counter.get_total_flops())
+        x = out
+    return flops
+
+
+def gpipe_bubble(costs: Sequence[float], microbatches: int) -> float:
+    """The idle share of a GPipe step whose stages cost `costs` per micro-batch (forward and backward):
+    the slowest stage paces the pipe, so the step lasts (m - 1) * max + sum, and the stages are busy
+    m * sum of it out of p times that."""
+    m = positive_int("microbatches", microbatches)
+    if not costs or any(c <= 0 for c in costs):
+        raise ValueError("costs must be positive, one per stage")
+    step = (m - 1) * max(costs) + sum(costs)
+    return 1.0 - m * sum(costs) / (len(costs) * step)
+
+
+def predicted_bytes(parameters: int, world_size: int = 2, bytes_per_value: int = 4) -> dict[str, dict[str, int]]:
+    """Per-rank bytes of parameters, gradients and Adam's two moments under DDP, ZeRO-1 and FSDP when every
+    shard divides evenly (the `step` counters left out): the arithmetic the first exercise asks for."""
+    n, w = positive_int("parameters", parameters), positive_int("world_size", world_size)
+    b = positive_int("bytes_per_value", bytes_per_value)
+    whole = n * b
+    return {
+        "DDP": {"parameters": whole, "gradients": whole, "optimizer": 2 * whole},
+        "ZeRO-1": {"parameters": whole, "gradients": whole, "optimizer": 2 * whole // w},
+        "FSDP": {"parameters": whole // w, "gradients": whole // w, "optimizer": 2 * whole // w},
+    }
+
+
+# ---------------------------------------------------------------------------------------- bench figures
+def _state_total(row: dict[str, int], with_step: bool = True) -> int:
+    return row["parameters"] + row["gradients"] + row["optimizer"]
+
+
+def fsdp_state_bytes(steps: int = 2) -> Any:
+    """Per-rank state bytes (parameters, gradients, Adam state) of DDP over FSDP2's, 2 ranks, after
+    `steps` Adam steps of the chapter's model: the limit is the world size (FSDP shards all three), the
+    floor 1.9 (Adam's 0-d `step` counters are not sharded). Counted from the tensors, not timed."""
+    from helpers.timing import Figure
+
+    results = launch([sharded], 2, kwargs={"sharded": {"steps": positive_int("steps", steps)}}, timeout=120)
+    rows = [results[r]["sharded"] for r in sorted(results)]
+    ddp = statistics.mean(_state_total(r["DDP bytes"]) for r in rows)
+    fsdp = statistics.mean(_state_total(r["FSDP bytes"]) for r in rows)
+    same = all(torch.equal(r["FSDP weights"][k], v) for r in rows for k, v in r["DDP weights"].items())
+    return Figure(
+        ratio=ddp / fsdp,
+        limit=2.0,
+        floor=1.9,
+        what="per-rank bytes of parameters + gradients + Adam state, 2 ranks: DDP / FSDP2 (counted, not timed)",
+        details={
+            "ddp_bytes_per_rank": ddp,
+            "fsdp_bytes_per_rank": fsdp,
+            "zero1_bytes_per_rank": statistics.mean(_state_total(r["ZeRO-1 bytes"]) for r in rows),
+        },
+        conditions={"FSDP2 weights bitwise equal to DDP's": same},
+    )
+
+
+def _time_single(microbatches: int, repeats: int) -> list[float]:
+    """Seconds of one forward and backward of the whole pipeline model, micro-batch after micro-batch,
+    in this process at 1 thread."""
+    model, _ = _pipe_model()
+    x, y = data(PIPE["microbatch"] * microbatches, PIPE["width"], PIPE["width"])
+    times = []
+    for _ in range(repeats + 1):
+        model.zero_grad()
+        start = time.perf_counter()
+        for xs, ys in zip(x.chunk(microbatches), y.chunk(microbatches), strict=True):
+            (nn.functional.mse_loss(model(xs), ys) / microbatches).backward()
+        times.append(time.perf_counter() - start)
+    return times[1:]  # the first is a warm-up
+
+
+def pipeline_timing(rank: int, world_size: int, microbatches: int = 8, repeats: int = 5) -> dict[str, Any]:
+    """Seconds per pipeline step (GPipe, 2 stages, `microbatches`), `repeats` steps after a warm-up, each
+    from a barrier; rank 0 then times the same work in one process, taking turns with the pipeline."""
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+
+    _, stages = _pipe_model()
+    module = stages[rank]
+    x, y = data(PIPE["microbatch"] * microbatches, PIPE["width"], PIPE["width"])
+    schedule = _schedule("GPipe", PipelineStage(module, rank, world_size, torch.device("cpu")), microbatches)
+    piped, single = [], []
+    for repeat in range(repeats + 1):
+        dist.barrier()
+        start = time.perf_counter()
+        if rank == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=y, losses=[])
+        dist.barrier()
+        if repeat:
+            piped.append(time.perf_counter() - start)
+        if rank == 0 and repeat:
+            single += _time_single(microbatches, 1)  # rank 1 waits at the barrier meanwhile: one core busy
+        dist.barrier()
+    return {"pipeline": piped, "single": single}
+
+
+def pipeline_speedup(microbatches: int = 8, repeats: int = 5) -> Any:
+    """Pipeline speed-up: seconds of one process / of a 2-stage GPipe pipeline (2 ranks x 1 thread) for
+    the same forward and backward of `microbatches` micro-batches on balanced, compute-heavy stages,
+    medians of `repeats` alternations; the limit p m / (m + p - 1)."""
+    from helpers.timing import Figure
+
+    m, repeats = positive_int("microbatches", microbatches), positive_int("repeats", repeats)
+    results = launch(
+        [pipeline_timing], 2, kwargs={"pipeline_timing": {"microbatches": m, "repeats": repeats}}, timeout=120
+    )
+    piped = statistics.median(
+        max(results[r]["pipeline_timing"]["pipeline"][i] for r in results) for i in range(repeats)
+    )
+    single = statistics.median(results[0]["pipeline_timing"]["single"])
+    limit = 2 * m / (m + 1)
+    return Figure(
+        ratio=single / piped,
+        limit=limit,
+        floor=0.7 * limit,
+        what=f"2-stage GPipe pipeline, {m} micro-batches, 2 ranks x 1 thread / 1 process x 1 thread: seconds per step",
+        details={"pipeline_s": piped, "single_s": single, "microbatches": m, "bubble_formula": bubble_formula(2, m)},
+    )
+
+
+@contextlib.contextmanager
+def checkpoint_folder() -> Iterator[str]:
+    """A temporary folder for a checkpoint, removed afterwards with everything in it."""
+    with tempfile.TemporaryDirectory(prefix="dcp-") as folder:
+        yield os.path.join(folder, "checkpoint")

@@ -1,0 +1,181 @@
+"""Chapter 09's module: what it measures is what torch does (bytes from tensors, equality with one process,
+the bubble's formula), and bad arguments get a clear error naming the argument. The process groups are
+started once for the whole file (fork where it exists: the suite's budget has little room for this chapter)."""
+
+import multiprocessing as mp
+import os
+
+import pytest
+import torch
+
+from helpers import model_parallel as mpar
+
+METHOD = "fork" if "fork" in mp.get_all_start_methods() else None
+
+
+@pytest.fixture(scope="module")
+def group():
+    """One 2-rank group for every test that needs ranks: model parallel by hand, a small pipeline, tensor
+    parallel, ZeRO-1 / FSDP2, and a sharded checkpoint loaded into this process."""
+    with mpar.checkpoint_folder() as folder:
+        demos = [mpar.by_hand, mpar.pipeline_runs, mpar.tensor_parallel, mpar.sharded, mpar.checkpoint_save]
+        kwargs = {
+            "pipeline_runs": {"microbatch_counts": (2,), "splits": ()},
+            "sharded": {"steps": 2},
+            "checkpoint_save": {"folder": folder},
+        }
+        results = mpar.launch(demos, 2, start_method=METHOD, kwargs=kwargs)
+        results["loaded"] = mpar.checkpoint_load_one(folder)
+        results["folder left"] = os.path.exists(folder)
+    assert not os.path.exists(folder)
+    return results
+
+
+# ----------------------------------------------------------------------------------------- one process
+def test_memory_breakdown_counts_tensors_and_the_rule_of_thumb():
+    got = mpar.memory_breakdown(widths=(8, 16, 4), batches=(2, 4))
+    n = 8 * 16 + 16 + 16 * 4 + 4
+    assert got["parameters"] == n and got["parameter bytes"] == 4 * n == got["gradient bytes"]
+    assert got["Adam moment bytes"] == 8 * n and got["Adam step bytes"] == 4 * 4  # a 0-d step per tensor
+    acts = got["activation bytes by batch"]
+    assert acts[4] == 2 * acts[2] > 0  # activations grow with the batch, parameters do not
+
+
+def test_activation_meter_ignores_parameters_and_frees_after_backward():
+    layer = torch.nn.Linear(4, 3)
+    meter = mpar.ActivationMeter(list(layer.parameters()))
+    with meter.hooks():
+        loss = torch.tanh(layer(torch.randn(5, 4))).sum()
+    assert meter.live > 0 and meter.peak == meter.live
+    loss.backward()
+    del loss
+    assert meter.live == 0 and meter.peak > 0
+
+
+def test_split_and_mesh_arguments_are_checked():
+    model = mpar.make_mlp([4, 4, 4, 4])  # 3 Linear layers
+    assert [len(s) for s in mpar.split_layers(model, 3)] == [2, 2, 1]
+    with pytest.raises(ValueError, match="stages=2 does not divide the model's 3 layers"):
+        mpar.split_layers(model, 2)
+    with pytest.raises(TypeError, match="model must be an nn.Sequential"):
+        mpar.split_layers(torch.nn.Linear(2, 2), 1)
+    with pytest.raises(TypeError, match="stages must be an int"):
+        mpar.split_layers(model, 1.5)
+    assert mpar.mesh_shape(4) == (2, 2) and mpar.mesh_shape(6, tp=3) == (2, 3)
+    with pytest.raises(ValueError, match="world_size=3 cannot form a mesh with tp=2"):
+        mpar.mesh_shape(3)
+    with pytest.raises(ValueError, match="world_size must be >= 1"):
+        mpar.mesh_shape(0)
+    with pytest.raises(TypeError, match="widths must be a sequence"):
+        mpar.make_mlp(8)
+    with pytest.raises(ValueError, match="world_size must be 2"):
+        mpar.by_hand(0, 3)
+    with pytest.raises(ValueError, match="world_size must be 2"):
+        mpar.pipeline_runs(0, 4)
+
+
+def test_bubble_formulas():
+    assert mpar.bubble_formula(2, 4) == pytest.approx(1 / 5)
+    assert mpar.gpipe_bubble([1.0, 1.0], 4) == pytest.approx(mpar.bubble_formula(2, 4))
+    assert mpar.gpipe_bubble([1.0, 3.0], 4) > mpar.gpipe_bubble([2.0, 2.0], 4)
+    with pytest.raises(ValueError, match="microbatches must be >= 1"):
+        mpar.bubble_formula(2, 0)
+    with pytest.raises(ValueError, match="costs must be positive"):
+        mpar.gpipe_bubble([1.0, 0.0], 4)
+    with pytest.raises(ValueError, match="split must be in 1..7"):
+        mpar.stage_flops(mpar.UNBALANCED, 8)
+
+
+def test_idle_share_of_a_made_up_schedule():
+    # two stages, each busy 1 s of a 2 s step: half the time idle
+    ranks = [{"start": 0.0, "spans": [("forward", 0, 0.0, 1.0)]}, {"start": 0.0, "spans": [("forward", 0, 1.0, 2.0)]}]
+    assert mpar.idle_share(ranks) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="ranks must hold"):
+        mpar.idle_share([])
+
+
+def test_tensor_bytes_rejects_other_things():
+    assert mpar.tensor_bytes([torch.zeros(3), None, torch.zeros(2, dtype=torch.float64)]) == 12 + 16
+    with pytest.raises(TypeError, match="tensors must hold tensors"):
+        mpar.tensor_bytes([1.0])
+
+
+def test_launch_rejects_a_bad_group_timeout():
+    with pytest.raises(ValueError, match="group_timeout must be > 0"):
+        mpar.launch([mpar.by_hand], 2, group_timeout=0)
+
+
+# ----------------------------------------------------------------------------------------------- ranks
+def test_by_hand_equals_one_process_bitwise(group):
+    reference = mpar.by_hand_reference()
+    assert group[1]["by_hand"]["losses"] == reference["losses"]
+    for rank in (0, 1):
+        state = group[rank]["by_hand"]["state"]
+        assert all(torch.equal(state[k], reference["states"][rank][k]) for k in state)
+        assert {kind for kind, _, _ in group[rank]["by_hand"]["spans"]} == {"forward", "backward"}
+
+
+def test_pipeline_matches_one_process(group):
+    reference = mpar.pipeline_reference(2)
+    for name in ("GPipe m=2", "1F1B m=2"):
+        ranks = [group[r]["pipeline_runs"][name] for r in (0, 1)]
+        losses = ranks[1]["losses"]
+        assert len(losses) == 2 and sum(losses) / 2 == pytest.approx(reference["loss"], rel=1e-5)
+        for rank in (0, 1):
+            assert all(
+                torch.allclose(a, b, atol=1e-6)
+                for a, b in zip(ranks[rank]["grads"], reference["grads"][rank], strict=True)
+            )
+        kinds = [s[0] for s in ranks[0]["spans"]]
+        assert kinds.count("forward") == kinds.count("backward") == 2
+        assert 0 < mpar.idle_share(ranks) < 1
+
+
+def test_tensor_parallel_pairs_column_then_row(group):
+    row = group[0]["tensor_parallel"]
+    assert row["error"] is None and row["output equal"] and row["gradients equal"]
+    assert row["forward collectives"] == {"all_reduce": 1} and row["backward collectives"] == {"all_reduce": 1}
+    assert row["placements"]["up.weight"] == "(Shard(dim=0),)" and row["placements"]["down.weight"] == "(Shard(dim=1),)"
+    assert row["placements"]["down.bias"] == "(Replicate(),)"
+    assert row["weight bytes here"] < row["weight bytes whole"]
+
+
+def test_sharded_bytes_and_weights(group):
+    rows = [group[r]["sharded"] for r in (0, 1)]
+    whole = rows[0]["parameter bytes"]
+    predicted = mpar.predicted_bytes(whole // 4)
+    for row in rows:
+        assert row["DDP bytes"]["parameters"] == row["DDP bytes"]["gradients"] == whole
+        assert row["FSDP bytes"]["parameters"] == row["FSDP bytes"]["gradients"] == whole // 2
+        assert row["FSDP bytes"]["optimizer"] - predicted["FSDP"]["optimizer"] == 6 * 4  # unsharded step counters
+        for way in ("DDP", "ZeRO-1", "FSDP"):
+            assert torch.equal(row[f"{way} weights"]["0.weight"], rows[0]["DDP weights"]["0.weight"])
+    assert sum(row["ZeRO-1 bytes"]["optimizer"] for row in rows) == rows[0]["DDP bytes"]["optimizer"]
+    ddp_volume = sum(n for _, n in rows[0]["DDP collectives"])
+    fsdp = rows[0]["FSDP collectives"]
+    assert ddp_volume == whole
+    assert sum(n for op, n in fsdp if op.startswith("allgather")) == 2 * whole
+    assert sum(n for op, n in fsdp if op.startswith("reduce_scatter")) == whole
+    assert sum(n for op, n in rows[0]["FSDP no reshard collectives"] if op.startswith("allgather")) == whole
+
+
+def test_checkpoint_from_two_ranks_loads_into_one(group):
+    saved, loaded = group[0]["checkpoint_save"], group["loaded"]
+    assert ".metadata" in saved["files"] and sum(f.endswith(".distcp") for f in saved["files"]) == 2
+    assert sorted(saved["model"]) == sorted(loaded["model"]) and sorted(saved["optim"]) == sorted(loaded["optim"])
+    assert all(torch.equal(saved["model"][k], loaded["model"][k]) for k in saved["model"])
+    assert all(torch.equal(saved["optim"][k], loaded["optim"][k]) for k in saved["optim"])
+    with pytest.raises(ValueError, match="folder must name"):
+        mpar.checkpoint_save(0, 2)
+
+
+def test_two_by_two_mesh():
+    results = mpar.launch([mpar.mesh_2d], 4, start_method=METHOD)
+    rows = [results[r]["mesh_2d"] for r in range(4)]
+    assert sorted(row["coordinate"] for row in rows) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for row in rows:
+        assert row["loss equal"] and row["weights equal"]
+        assert row["placements"]["down.weight"] == "(Shard(dim=0), Shard(dim=1))"
+        assert (
+            3 * row["weight bytes here"] < row["weight bytes whole"]
+        )  # a quarter, but down.bias is replicated over tp
