@@ -95,7 +95,7 @@ def run_note(docname: str) -> str:
     return (
         ":::{note}\n"
         f"**Run it yourself:** `make lab` in the course's folder, then open `{Path(docname).name}.ipynb` "
-        "(the setup page says more). "
+        "({doc}`the setup page </site/setup>` says more). "
         "**The numbers on this page** (times, speed-ups, loads, memory) come from one stored run on a 2-core "
         "Linux machine. Your own run will print different ones, and reading them is the point: each timing "
         "cell says what its numbers mean on the machine that ran it.\n"
@@ -283,7 +283,7 @@ def on_doctree_resolved(app, doctree: nodes.document, docname: str) -> None:
     stems = {Path(d).name: d for d in _store(app.env)}
     for literal in list(doctree.findall(nodes.literal)):
         target = stems.get(literal.astext().removesuffix(".ipynb"))
-        if target and not any(isinstance(a, nodes.reference) for a in _ancestors(literal)):
+        if target and target != docname and not any(isinstance(a, nodes.reference) for a in _ancestors(literal)):
             link = nodes.reference("", "", refuri=app.builder.get_relative_uri(docname, target), internal=True)
             literal.replace_self(link)
             link.append(literal)

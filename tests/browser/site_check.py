@@ -67,7 +67,8 @@ PAGE_JS = r"""
   const links = Array.from(document.querySelectorAll('a[href]')).map(a => ({
     href: a.href, text: a.textContent.trim(), xref: a.classList.contains('course-xref')}));
   const main = document.querySelector('main') || document.body;
-  return {ids: Array.from(ids), headings, links, text: main.innerText, source: main.textContent};
+  const collapsed = document.querySelectorAll('details.hide.above-input').length;
+  return {ids: Array.from(ids), headings, links, text: main.innerText, source: main.textContent, collapsed};
 }
 """
 
@@ -95,6 +96,7 @@ class Visit:
     links: list[dict] = field(default_factory=list)
     text: str = ""  # what a reader sees (innerText: not what a closed solution holds)
     source: str = ""  # everything the page holds (textContent)
+    collapsed: int = 0  # collapsed cell inputs (MyST-NB's hide-input)
     problems: list[str] = field(default_factory=list)
 
 
@@ -207,7 +209,7 @@ def visit(page, url: str, root: str) -> Visit:
         for event, handler in handlers.items():
             page.remove_listener(event, handler)
     result.ids, result.headings, result.links = set(state["ids"]), state["headings"], state["links"]
-    result.text, result.source = state["text"], state["source"]
+    result.text, result.source, result.collapsed = state["text"], state["source"], state["collapsed"]
     return result
 
 
@@ -388,7 +390,7 @@ def check_no_solutions(report: lab_check.Report, full: dict[str, Visit], learner
         lines > 0 and not missing, f"full edition: the {lines} solution lines are on its pages", "; ".join(missing[:5])
     )
     report.check(not leaks, "learner edition: no solution text on any page", "; ".join(leaks[:5]))
-    toggles = [p for p, v in learner.items() if "Show the solution" in v.text]
+    toggles = [p for p, v in learner.items() if v.collapsed]
     report.check(not toggles, "learner edition: no collapsed solution on any page", ", ".join(toggles))
 
 
