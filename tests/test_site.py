@@ -174,6 +174,8 @@ def test_a_small_site_links_its_chapters_sections(tmp_path):
     (tmp_path / "notebooks" / "00_first.ipynb").write_text(json.dumps(first))
     (tmp_path / "notebooks" / "01_second.ipynb").write_text(json.dumps(second))
     (tmp_path / "README.md").write_text("# Course\n\nStart with `00_first`.\n")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "setup.md").write_text("# Setup\n\nEach chapter's run note links here.\n")
     (tmp_path / "conf.py").write_text(
         f"import sys\nsys.path.insert(0, {str(_PATH.parent)!r})\nsys.path.insert(0, {str(REPO)!r})\n"
         "extensions = ['myst_nb', 'course_site']\nroot_doc = 'README'\nnb_execution_mode = 'off'\n"
