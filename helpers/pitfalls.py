@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,9 @@ __all__ = [
     "TOKENIZER_SENTENCES",
     "tiny_tokenizer",
     "tokenizers_in_worker",
+    "autograd_device_threads",
+    "accelerator_device_counts",
+    "child_backward_breaks_after_fork",
     "backward_then_fork",
     "square",
     "join_then_get",
@@ -66,6 +69,7 @@ __all__ = [
     "takes_only_a",
     "workers_by_reflex",
     "epoch_draws",
+    "seed_words",
     "SCRIPTS",
     "write_script",
     "safe_get_trial",
@@ -554,6 +558,61 @@ def shm_exhaustion(timeout: float = 60.0) -> dict[str, Any] | None:
 
 # ---- 8. accelerators and fork: autograd's device threads --------------------------------------------
 
+# Device types whose backward work runs on the CPU's ready queue, in the thread that called backward():
+# the engine starts no thread for them (`should_run_in_cpu_ready_queue` in torch/csrc/autograd/engine.cpp).
+_CPU_QUEUE_DEVICES = frozenset({"cpu", "meta", "lazy"})
+
+
+def autograd_device_threads(device_counts: Mapping[str, int]) -> int:
+    """How many device threads autograd's engine starts at the first backward of a process, given how many
+    devices each registered device backend sees (`{"cuda": 2}`, `{"mps": 1}`, `{}`).
+
+    This mirrors `Engine::start_device_threads` (torch/csrc/autograd/engine.cpp), which every backward
+    calls once per process, whatever the tensors' device: the largest device count among the non-CPU
+    backends (devices of different types share threads), and when that is 0 it returns before anything
+    else. When it is above 0 it first calls `track_bad_autograd_forks()`, the `pthread_atfork` handler
+    that makes every backward of a child forked later raise "Unable to handle autograd's threading in
+    combination with fork-based multiprocessing". So a result above 0 means: after any backward in this
+    process, CPU tensors too, a forked child cannot run backward. Pure logic, so it can be tested on a
+    machine without a GPU.
+    """
+    if not isinstance(device_counts, Mapping):
+        raise TypeError(f"device_counts must be a mapping of device type to count, got {type(device_counts).__name__}")
+    counts = []
+    for kind, count in device_counts.items():
+        if not isinstance(kind, str):
+            raise TypeError(f"device_counts' keys must be device types (str), got {kind!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"device_counts[{kind!r}] must be an int >= 0, got {count!r}")
+        if kind not in _CPU_QUEUE_DEVICES:
+            counts.append(count)
+    return max(counts, default=0)
+
+
+def accelerator_device_counts() -> dict[str, int]:
+    """The accelerator this torch was built with and how many of its devices are visible (`{}` for a CPU
+    build), asked in a way that does not initialise CUDA: `torch.accelerator.device_count()` asks NVML
+    first on CUDA, so it does not poison a later fork, as `torch.cuda.is_available()` would. An empty
+    `CUDA_VISIBLE_DEVICES`, set before torch first touches CUDA, makes the count 0."""
+    import torch
+
+    accelerator = torch.accelerator.current_accelerator()
+    return {} if accelerator is None else {accelerator.type: torch.accelerator.device_count()}
+
+
+def child_backward_breaks_after_fork() -> bool:
+    """True when, in this torch on this machine, a backward in a process (on any tensors) breaks the
+    backward of the children it forks afterwards: a CUDA build on a machine with a GPU, MPS on Apple
+    silicon, any accelerator with a device. False for a CPU build, or with `CUDA_VISIBLE_DEVICES=""`."""
+    return autograd_device_threads(accelerator_device_counts()) > 0
+
+
+def _autograd_context() -> Any:
+    """A context for children that run backward: fork where it is safe here (fast start), spawn where a
+    backward already run in this process would break a forked child's (see
+    `child_backward_breaks_after_fork`)."""
+    return mp.get_context("spawn") if child_backward_breaks_after_fork() else _fork_or_default()
+
 
 def _os_threads() -> int | None:
     """The number of OS threads of this process (Linux's /proc), None where that cannot be read."""
@@ -564,7 +623,7 @@ def _os_threads() -> int | None:
 
 
 def _backward() -> list[float]:
-    """One small backward pass; returns the gradient."""
+    """One small backward pass, on CPU tensors; returns the gradient."""
     import torch
 
     weight = torch.ones(3, requires_grad=True)
@@ -578,19 +637,20 @@ def _backward_in_child(results: Any) -> None:
     torch.set_num_threads(1)  # a forked child, before its first op (section 1)
     try:
         results.put(("returned", _backward()))
-    except RuntimeError as exc:  # what a child gets after a GPU backward in its parent
+    except RuntimeError as exc:  # what a child gets after any backward in its parent, when a device is seen
         results.put(("raised", short_error(exc)))
 
 
 def backward_then_fork(backward_in_parent: bool = True) -> dict[str, Any]:
-    """Run a backward pass in this process (or not), then fork a child that runs one too. Returns what
-    each side got, whether this process's backward started any OS thread, and whether torch sees an
-    accelerator. Fork only: the error this probes belongs to fork.
+    """Run a backward pass on CPU tensors in this process (or not), then fork a child that runs one too.
+    Returns how many device threads the engine's rule predicts here (`autograd_device_threads`), what
+    each side got, and whether this process's backward started any OS thread. Fork only: the error this
+    probes belongs to fork.
 
-    The autograd engine starts one thread per accelerator device at the first backward, and just before
-    that registers the `pthread_atfork` handler that makes a forked child's backward fail; with no non-CPU
-    device it starts none (`torch/csrc/autograd/engine.cpp`, `Engine::start_device_threads`), so on a
-    CPU-only machine the child's backward works. Run it under the watchdog (it forks, and torch must be
+    With a CPU build (or no visible device) the engine starts no thread and tracks nothing, and the child's
+    backward works. With a CUDA build on a machine with a GPU, or MPS on Apple silicon, the parent's CPU
+    backward starts the device threads and arms the fork handler, and the child's backward raises: the
+    result says so rather than failing. Run it under the watchdog (it forks, and torch must be
     single-threaded in a forked child of the kernel).
     """
     import torch
@@ -599,6 +659,7 @@ def backward_then_fork(backward_in_parent: bool = True) -> dict[str, Any]:
         raise TypeError(f"backward_in_parent must be a bool, got {type(backward_in_parent).__name__}")
     if "fork" not in mp.get_all_start_methods():
         raise RuntimeError("backward_then_fork needs the fork start method (Linux or macOS)")
+    predicted = autograd_device_threads(accelerator_device_counts())
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # so that no OpenMP thread is counted as the engine's
     try:
@@ -620,8 +681,8 @@ def backward_then_fork(backward_in_parent: bool = True) -> dict[str, Any]:
         got = results.get() if not results.empty() else ("died", child.exitcode)
     results.close()
     return {
-        "accelerator seen by torch": torch.accelerator.is_available(),
-        "parent's backward": parent,
+        "device threads the engine starts here": predicted,
+        "parent's backward (CPU tensors)": parent,
         "threads started by the parent's backward": (
             None if threads_before is None or threads_after is None else threads_after - threads_before
         ),
@@ -811,7 +872,8 @@ def optimizer_in_workers(build_in: str) -> dict[str, bool]:
     """Two workers train a shared model; the SGD-with-momentum optimizer is built in the parent and
     passed to them (`build_in="parent"`, as some tutorials do) or built by each worker ("worker").
     Either way the momentum buffers are created inside each worker, privately: the parent's optimizer
-    never gets any state. Pinned to fork (fast start; under spawn the optimizer is pickled, same result)."""
+    never gets any state. Fork where that is safe (fast start), else spawn (`_autograd_context`: the
+    workers run backward); under spawn the optimizer is pickled, with the same result."""
     import torch
 
     if build_in not in ("parent", "worker"):
@@ -822,7 +884,7 @@ def optimizer_in_workers(build_in: str) -> dict[str, bool]:
         model.share_memory()
         before = model.weight.detach().clone()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        ctx = _fork_or_default()
+        ctx = _autograd_context()
         from helpers.processes import running
 
         procs = [ctx.Process(target=_steps, args=(r, model, optimizer, build_in == "worker")) for r in range(2)]
@@ -952,12 +1014,48 @@ def workers_by_reflex(ranks: int = 2) -> dict[str, Any]:
     }
 
 
+_word_read: int | None = None  # in a worker: the state word `_seed_from_global_state` read
+
+
 def _seed_from_global_state(worker_id: int) -> None:
-    """The tutorial's worker_init_fn: seeds NumPy from the parent's global NumPy state, which is the
-    same at the start of every epoch (the parent never draws from it)."""
+    """The tutorial's worker_init_fn: seeds NumPy from word 0 of the worker's global NumPy state.
+
+    That word is the same in every worker, every epoch and every run: before `worker_init_fn` runs, the
+    DataLoader's worker loop has already seeded NumPy, with an array (`np.random.seed(_generate_state(
+    base_seed, worker_id))` in torch/utils/data/_utils/worker.py), and seeding NumPy's Mersenne Twister
+    from an array always sets word 0 of its state to 0x80000000. So worker i is seeded with
+    0x80000000 + i, again each epoch. (The word it reads is kept in `_word_read` for `seed_words`.)"""
     import numpy as np
 
-    np.random.seed((int(np.random.get_state()[1][0]) + worker_id) % 2**32)
+    global _word_read
+    _word_read = int(np.random.get_state()[1][0])
+    np.random.seed((_word_read + worker_id) % 2**32)
+
+
+class _WordRead:
+    """Each item is the state word the tutorial's worker_init_fn read in the worker that loads it."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> int:
+        return -1 if _word_read is None else _word_read
+
+
+def seed_words(epochs: int = 2) -> list[list[str]]:
+    """The word of NumPy's state that the tutorial's worker_init_fn reads, per epoch and worker (2 fork
+    workers, one item each), in hex: the same in every cell of the table (see `_seed_from_global_state`)."""
+    from torch.utils.data import DataLoader
+
+    positive_int("epochs", epochs)
+    loader = DataLoader(
+        _WordRead(),
+        batch_size=1,
+        num_workers=2,
+        worker_init_fn=_seed_from_global_state,
+        multiprocessing_context=_fork_or_default(),
+    )
+    return [[hex(int(batch)) for batch in loader] for _ in range(epochs)]
 
 
 class _Noise:

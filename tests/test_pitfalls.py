@@ -230,13 +230,73 @@ def test_tokenizers_in_a_forked_worker_work_otherwise_and_print_nothing(parallel
 
 @needs_fork
 @pytest.mark.parametrize("first", [True, False])
-def test_backward_in_a_forked_child_works_on_cpu_only_torch(first):
-    import torch
-
-    if torch.accelerator.is_available():
-        pytest.skip("with an accelerator the child's backward is expected to fail")
+def test_backward_in_a_forked_child_works_where_the_engine_starts_no_device_thread(first):
+    if pitfalls.child_backward_breaks_after_fork():
+        pytest.skip("a device is visible here: the child's backward is expected to fail after the parent's")
     probe = watchdog.run(pitfalls.backward_then_fork, first, timeout=60, start_method="fork").value
-    assert probe["accelerator seen by torch"] is False
-    assert probe["parent's backward"] == ([0.0, 1.0, 2.0] if first else None)
+    assert probe["device threads the engine starts here"] == 0
+    assert probe["parent's backward (CPU tensors)"] == ([0.0, 1.0, 2.0] if first else None)
     assert probe["forked child's backward"] == "returned [0.0, 1.0, 2.0]"
     assert probe["threads started by the parent's backward"] in (0, None)
+
+
+@pytest.mark.parametrize(
+    ("counts", "threads"),
+    [
+        ({}, 0),  # a CPU build: no accelerator registered
+        ({"cpu": 2, "meta": 1, "lazy": 1}, 0),  # these run on the CPU ready queue
+        ({"cuda": 0}, 0),  # a CUDA build on a machine without a GPU, or CUDA_VISIBLE_DEVICES=""
+        ({"cuda": 1}, 1),  # a CUDA build on a GPU machine: a CPU backward arms the fork handler
+        ({"cuda": 4, "xpu": 2}, 4),  # the largest count, not the sum: devices of different types share threads
+        ({"mps": 1}, 1),  # Apple silicon's PyPI build
+    ],
+)
+def test_autograd_device_threads_follows_the_engine(counts, threads):
+    assert pitfalls.autograd_device_threads(counts) == threads
+
+
+@pytest.mark.parametrize(
+    ("counts", "error"),
+    [([("cuda", 1)], TypeError), ({1: 1}, TypeError), ({"cuda": -1}, ValueError), ({"cuda": True}, ValueError)],
+)
+def test_autograd_device_threads_refuses_bad_counts(counts, error):
+    with pytest.raises(error, match="device_counts"):
+        pitfalls.autograd_device_threads(counts)
+
+
+@pytest.mark.parametrize(
+    ("counts", "breaks"), [({}, False), ({"cuda": 0}, False), ({"cuda": 2}, True), ({"mps": 1}, True)]
+)
+def test_children_that_run_backward_are_spawned_where_a_fork_would_break_them(monkeypatch, counts, breaks):
+    monkeypatch.setattr(pitfalls, "accelerator_device_counts", lambda: counts)
+    assert pitfalls.child_backward_breaks_after_fork() is breaks
+    method = pitfalls._autograd_context().get_start_method()
+    assert method == ("spawn" if breaks else pitfalls._fork_or_default().get_start_method())
+
+
+def test_this_machine_sees_no_device_for_autograd():
+    """The course's test machine has a CPU build: the notebook's stored outputs come from that case."""
+    import torch
+
+    if torch.accelerator.current_accelerator() is not None:
+        pytest.skip("an accelerator build")
+    assert pitfalls.accelerator_device_counts() == {}
+    assert not pitfalls.child_backward_breaks_after_fork()
+
+
+def test_numpy_array_seeds_always_set_state_word_0_to_0x80000000():
+    import numpy as np
+    from torch.utils.data._utils.worker import _generate_state
+
+    for base_seed in (0, 12345, 2**40 + 7):
+        for worker_id in (0, 1, 7):
+            state = np.random.RandomState(_generate_state(base_seed, worker_id)).get_state()[1]
+            assert int(state[0]) == 0x80000000
+    assert int(np.random.RandomState(12345).get_state()[1][0]) == 12345  # an int seed: word 0 is the seed
+
+
+@needs_fork
+def test_the_tutorials_worker_init_fn_reads_the_same_word_in_every_worker_and_epoch():
+    assert pitfalls.seed_words(epochs=2) == [["0x80000000", "0x80000000"]] * 2
+    with pytest.raises(ValueError, match="epochs"):
+        pitfalls.seed_words(epochs=0)
