@@ -13,7 +13,8 @@ http.server on 127.0.0.1 and a free port, in a thread, and closed at the end. It
   where its numbers come from, and shows no widget as `interactive(children=...)` text;
 - each solution is collapsed (its code not visible) and opens on a click, showing the solution's code;
 - the search page finds notebook 06's section 4 for "join before drain";
-- the learner edition has no solution text on any page (and the full edition has it, so the check can fail).
+- the learner edition has no solution text on any page (and the full edition has it, so the check can fail);
+- the server's port no longer listens once an edition is done.
 Screenshots go to tests/browser/screenshots/site-*.png (a notebook page, the cheat sheet, the instructors'
 guide, the landing page, a search and a learner page), and on failure the console log of the pages.
 """
@@ -347,6 +348,8 @@ def check_edition(report: lab_check.Report, context, folder: Path, edition: str)
             page.goto(f"{root}notebooks/{_chapters()[0].stem}.html", timeout=PAGE_TIMEOUT * 1000)
             _screenshot(page, "site-learner-notebook")
         page.close()
+    port = urllib.parse.urlsplit(root).port
+    report.check(not lab_check._listening(port), f"{edition}: nothing listens on 127.0.0.1:{port} any more")
     return visits
 
 
