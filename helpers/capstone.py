@@ -7,9 +7,9 @@ pure Python (a checksum pass that holds the GIL), then draws a random augmentati
 stored on the dataset in `__init__`. `train(ORIGINAL)` runs it the way a first draft often does:
 `num_workers=0`, batches of 8, a loss `.item()` and a log line every step, a loader re-created each
 epoch, and no per-worker reseeding of the stored generator (DataLoader workers reseed torch, `random`
-and NumPy's global generator, not one stored on the dataset). Its main process runs at 1 thread: at
-torch's default (one per core) this small step pays for synchronising threads, which on a busy machine
-costs far more than the step (`step_seconds` measures it), so the notebook measures that on its own.
+and NumPy's global generator, not one stored on the dataset). Its main process runs at 1 thread in
+every version, the original included, so that the versions compare the data fixes alone: the thread
+count is a setting the notebook measures on its own (`step_seconds`), not one of the fixes.
 
 The exercise's job (`SecondJob`, `train_second`) is slow for another reason: a pure-Python per-row
 standardisation in the main process, which DataLoader workers cannot take over.

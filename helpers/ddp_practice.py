@@ -16,6 +16,7 @@ import datetime
 import gc
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,7 @@ __all__ = [
     "rank_dependent",
     "BnNet",
     "buffers_and_batchnorm",
+    "buffer_sync_rule",
     "evaluation",
     "ShardedStream",
     "monitored",
@@ -73,10 +75,12 @@ __all__ = [
     "uninterrupted",
     "save_snapshot",
     "load_snapshot",
+    "snapshot_step",
     "resume_run",
     "ResumableJob",
     "torchrun_job",
     "crash_and_resume",
+    "preempted_job",
     "failing_job",
     "root_cause",
     "restart_seconds",
@@ -181,7 +185,8 @@ def accumulation_rank(
 ) -> dict[str, Any]:
     """In each rank: `steps` optimizer steps of `k` micro-batches with `accumulate(ddp, batches)`; the
     synchronising backward passes and hook calls per step, and the first step's gradient against one
-    process on all ranks' micro-batches together (plain sum, k times it, and this rank's own)."""
+    process on all ranks' micro-batches together (plain sum, k times it, and this rank's own), with the
+    number of those micro-batches."""
     import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -210,6 +215,7 @@ def accumulation_rank(
             for x, y in micro_batches(k, size, rank, seed=0):
                 (nn.functional.mse_loss(local(x), y) / k).backward()
             out.update(
+                micro_batches=len(every),
                 full=torch.allclose(got, full, atol=1e-6),
                 k_times=torch.allclose(got, k * full, atol=1e-5),
                 local=torch.allclose(got, _flat_grad(local), atol=1e-6),
@@ -456,7 +462,8 @@ def buffers_and_batchnorm(rank: int, world_size: int) -> dict[str, Any]:
 
     - after a training forward each rank has updated its running statistics with its own batch;
     - the next forward first copies rank 0's buffers to every rank (`forward_sync_buffers`, default on),
-      so after an eval forward (which updates nothing) they are equal, and equal to rank 0's;
+      because the previous forward ran with grad enabled and outside `no_sync` (`buffer_sync_rule` has
+      the whole rule); so after an eval forward (which updates nothing) they are equal, and rank 0's;
     - `forward_sync_buffers=False` keeps them per rank; `broadcast_buffers` warns (deprecated);
     - averaging the statistics over ranks by hand gives the mean of the whole batch exactly, but not its
       variance (the spread *between* ranks is missing);
@@ -511,6 +518,41 @@ def buffers_and_batchnorm(rank: int, world_size: int) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - the error is the lesson
         out["SyncBatchNorm on CPU"] = short_error(exc)
     return out
+
+
+def buffer_sync_rule(rank: int, world_size: int) -> dict[str, bool]:
+    """Which forwards copy rank 0's buffers. DDP syncs them before a forward only when the *previous*
+    forward ran with grad enabled and outside `no_sync` (the first forward always): `_post_forward` in
+    torch/nn/parallel/distributed.py sets `require_forward_param_sync` from `torch.is_grad_enabled()`
+    and `require_backward_grad_sync`, and `_pre_forward` syncs only when it is set. Each probe writes the
+    rank's number into BatchNorm's running mean, runs one forward (eval mode: BatchNorm updates no
+    statistics, so only a sync can change them), and reports whether every rank then holds rank 0's."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(BnNet())
+    ddp.eval()
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(rank))
+    buffer = ddp.module.norm.running_mean
+
+    def probe(grad: bool, in_no_sync: bool = False) -> bool:
+        with torch.no_grad():
+            buffer.fill_(float(rank))
+        with ddp.no_sync() if in_no_sync else contextlib.nullcontext(), torch.set_grad_enabled(grad):
+            out = ddp(x).sum()
+            if grad:
+                out.backward()
+        return _same_everywhere(buffer) and buffer.eq(0.0).all().item()
+
+    rows = [
+        ("first forward, with grad", True, False),
+        ("no_grad, after a forward with grad", False, False),
+        ("no_grad, after a no_grad forward", False, False),
+        ("with grad, after a no_grad forward", True, False),
+        ("with grad, after a forward with grad", True, False),
+        ("inside no_sync, after a forward with grad", True, True),
+        ("with grad, after a forward inside no_sync", True, False),
+    ]
+    return {label: probe(grad, in_no_sync) for label, grad, in_no_sync in rows}
 
 
 # ------------------------------------------------------------------------------------- 5. evaluation
@@ -676,14 +718,19 @@ def train_epochs(
     rank: int = 0,
     before_step: Callable[[int, int], None] | None = None,
     after_epoch: Callable[[int], None] | None = None,
+    first_step: int = 0,
 ) -> None:
     """Train `model` (plain or DDP) on `epoch_batches(e, rank)` for each epoch e in `epochs`; the
-    torchrun script hooks its crash (`before_step(epoch, step)`) and its snapshot (`after_epoch(epoch)`)
-    into the same loop that the uninterrupted reference runs."""
+    torchrun script hooks its crash and its stop on SIGTERM (`before_step(epoch, step)`) and its
+    snapshot (`after_epoch(epoch)`) into the same loop that the uninterrupted reference runs.
+    `first_step` steps of the first epoch are skipped: they were done before a mid-epoch snapshot."""
     from torch import nn
 
-    for epoch in epochs:
+    first_step = positive_int("first_step", first_step, minimum=0)
+    for number, epoch in enumerate(epochs):
         for step, (x, y) in enumerate(epoch_batches(epoch, rank)):
+            if number == 0 and step < first_step:
+                continue
             if before_step is not None:
                 before_step(epoch, step)
             optimizer.zero_grad()
@@ -703,11 +750,12 @@ def uninterrupted(rank: int, world_size: int, epochs: int = 4) -> list[float]:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
 
 
-def save_snapshot(path: str | os.PathLike[str], model: Any, optimizer: Any, epoch: int) -> None:
+def save_snapshot(path: str | os.PathLike[str], model: Any, optimizer: Any, epoch: int, step: int = 0) -> None:
     """Write a snapshot after `epoch` finished: write a temporary file, then rename it over the old one.
-    `os.replace` is atomic, so a process killed while writing leaves the previous snapshot intact."""
+    `os.replace` is atomic, so a process killed while writing leaves the previous snapshot intact.
+    `step`: the steps of the next epoch already done, for a snapshot taken mid-epoch (on SIGTERM)."""
     model = getattr(model, "module", model)  # a DDP wrapper: save the model inside (no "module." keys)
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step}
     tmp = f"{os.fspath(path)}.tmp"
     torch.save(state, tmp)
     os.replace(tmp, path)
@@ -722,6 +770,14 @@ def load_snapshot(path: str | os.PathLike[str], model: Any, optimizer: Any) -> i
     getattr(model, "module", model).load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     return int(state["epoch"]) + 1
+
+
+def snapshot_step(path: str | os.PathLike[str]) -> int:
+    """The steps of the epoch to continue with that a mid-epoch snapshot (taken on SIGTERM) had already
+    done: 0 without a snapshot, or for one written at the end of an epoch."""
+    if not os.path.exists(path):
+        return 0
+    return int(torch.load(path, weights_only=True).get("step", 0))
 
 
 def resume_run(resume: Callable[..., Any], epochs: int = 4, stop_after: int = 1) -> dict[str, Any]:
@@ -766,6 +822,8 @@ def torchrun_job(
     *,
     kill: tuple[int, int, int] | None = None,
     fail: tuple[int, int] | None = None,
+    preempt: tuple[int, int, int] | None = None,
+    snapshots: str | os.PathLike[str] | None = None,
     max_restarts: int = 1,
     nproc: int = 2,
     env: dict[str, str | None] | None = None,
@@ -775,15 +833,24 @@ def torchrun_job(
     through the course's launcher (loopback only, `TMPDIR` in a folder removed afterwards).
 
     `kill=(rank, epoch, step)`: that rank kills itself with SIGKILL at that step of the first attempt.
-    `fail=(rank, epoch)`: that rank raises an exception there (in every attempt). torchrun's own output
-    (run ids, ports, times, pids) is not returned, only the root cause of a failure, normalised."""
+    `fail=(rank, epoch)`: that rank raises an exception there (in every attempt).
+    `preempt=(rank, epoch, step)`: that rank sends SIGTERM to torchrun there, as a scheduler would, in a
+    job that started without a snapshot. `snapshots`: the folder of the snapshot (default: the job's own,
+    removed with it), so that a second job can resume from the first's. torchrun's own output (run ids,
+    ports, times, pids) is not returned, only the root cause of a failure, normalised."""
     epochs = positive_int("epochs", epochs)
     max_restarts = positive_int("max_restarts", max_restarts, minimum=0)
     args = ["{results}", str(epochs)]
-    if kill is not None:
-        args += ["--kill", ",".join(str(positive_int("kill", n, minimum=0)) for n in kill)]
-    if fail is not None:
-        args += ["--fail", ",".join(str(positive_int("fail", n, minimum=0)) for n in fail)]
+    for flag, fault, size in (("kill", kill, 3), ("fail", fail, 2), ("preempt", preempt, 3)):
+        if fault is None:
+            continue
+        if not isinstance(fault, tuple) or len(fault) != size:
+            raise TypeError(f"{flag} must be a tuple of {size} ints, got {fault!r}")
+        args += [f"--{flag}", ",".join(str(positive_int(flag, n, minimum=0)) for n in fault)]
+    if snapshots is not None:
+        if not os.path.isdir(snapshots):
+            raise ValueError(f"snapshots must be an existing folder, got {snapshots!r}")
+        args += ["--snapshots", os.fspath(snapshots)]
     job = _launcher.torchrun_standalone(
         SCRIPT,
         args,
@@ -811,6 +878,17 @@ def crash_and_resume(epochs: int = 4, kill: tuple[int, int, int] = (1, 2, 1)) ->
     }
 
 
+def preempted_job(epochs: int = 4, preempt: tuple[int, int, int] = (1, 2, 1)) -> dict[str, ResumableJob]:
+    """A preemption and a requeue, with the snapshot kept between the two jobs: in the first, rank
+    `preempt[0]` sends SIGTERM to torchrun at step `preempt[2]` of epoch `preempt[1]`, as a scheduler
+    would; torchrun forwards it to every worker, the ranks stop together at that step, rank 0 writes a
+    mid-epoch snapshot, and torchrun ends. The second job is the same command again: it resumes there."""
+    with tempfile.TemporaryDirectory(prefix="preempted-") as snapshots:
+        stopped = torchrun_job(epochs, preempt=preempt, snapshots=snapshots, max_restarts=0)
+        requeued = torchrun_job(epochs, snapshots=snapshots, max_restarts=0)
+    return {"preempted": stopped, "requeued": requeued}
+
+
 def failing_job(epochs: int = 3, fail: tuple[int, int] = (1, 1)) -> ResumableJob:
     """A job whose rank `fail[0]` raises in epoch `fail[1]`, without restarts: torchrun's summary names
     the root cause from the error file that `@record` wrote."""
@@ -821,6 +899,7 @@ _ROOT = re.compile(r"Root Cause \(first observed failure\):(.*?)(?:\n=+|\Z)", re
 _OTHERS = re.compile(r"Failures:\n(.*?)\n-{5,}", re.S)
 _BLOCK = re.compile(r"^\[\d+\]:\n", re.M)
 _FOLLOW_ON = ("closed by peer", "reset by peer")  # gloo's words for "another rank went away"
+_SIGNALLED = re.compile(r"SignalException: Process \S+ got signal: (\d+)")
 
 
 def _failure(block: str) -> tuple[str, bool]:
@@ -849,10 +928,14 @@ def root_cause(summary: str) -> str:
     have ended the failing rank with SIGTERM (-15) before it exited by itself (1), whichever came first.
     torchrun's "first observed failure" compares timestamps in whole seconds and takes the first rank
     of a tie, so a rank that failed only because its peer was gone ("Connection closed by peer") can be
-    named instead of the peer: such a follow-on is passed over for another rank's own error."""
+    named instead of the peer: such a follow-on is passed over for another rank's own error. When the
+    agent itself got a signal (SIGTERM, SIGHUP, ...), there is no summary: that signal is named."""
     if not isinstance(summary, str):
         raise TypeError(f"summary must be a str, got {type(summary).__name__}")
     match = _ROOT.search(summary)
+    signalled = _SIGNALLED.search(summary)
+    if match is None and signalled is not None:  # the agent's own SignalException: no worker failed
+        return f"torchrun itself got {signal.Signals(int(signalled.group(1))).name} (SignalException)"
     if match is None:
         return error_line(summary) or "no root cause in the output"
     root, follow_on = _failure(match.group(1))

@@ -71,6 +71,39 @@ def test_snapshot_is_atomic_and_resume_is_bitwise(tmp_path):
     assert dp.resume_run(dp.load_snapshot)["bitwise equal"]
 
 
+def test_a_mid_epoch_snapshot_resumes_at_its_step(tmp_path):
+    path = tmp_path / "snapshot.pt"
+    assert dp.snapshot_step(path) == 0
+    reference, ref_opt = dp.new_training()
+    dp.train_epochs(reference, ref_opt, range(3))
+    model, optimizer = dp.new_training()
+    stop = {"at": (1, 2)}
+
+    class Stop(Exception):
+        pass
+
+    def before_step(epoch, step):
+        if (epoch, step) == stop["at"]:
+            dp.save_snapshot(path, model, optimizer, epoch - 1, step=step)
+            raise Stop
+
+    with pytest.raises(Stop):
+        dp.train_epochs(model, optimizer, range(3), before_step=before_step)
+    fresh, fresh_opt = dp.new_training(seed=3)
+    start, first_step = dp.load_snapshot(path, fresh, fresh_opt), dp.snapshot_step(path)
+    assert (start, first_step) == (1, 2)
+    dp.train_epochs(fresh, fresh_opt, range(start, 3), first_step=first_step)
+    assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), reference.parameters(), strict=True))
+    with pytest.raises(ValueError, match="first_step"):
+        dp.train_epochs(fresh, fresh_opt, range(1), first_step=-1)
+
+
+def test_root_cause_names_a_signal_that_torchrun_itself_got():
+    text = "Traceback ...\ntorch.distributed.elastic.multiprocessing.api.SignalException: Process 77 got signal: 15\n"
+    assert dp.root_cause(text) == "torchrun itself got SIGTERM (SignalException)"
+    assert dp.root_cause(text.replace("signal: 15", "signal: 1")) == "torchrun itself got SIGHUP (SignalException)"
+
+
 def failure_block(index: int, rank: int, call: str, error: str) -> str:
     """One failure as torchrun's summary prints it (`_FAILURE_FORMAT_TEMPLATE` in torch 2.13)."""
     return f"""[{index}]:
@@ -151,6 +184,7 @@ def ranks():
         dp.count_plain,
         dp.count_no_sync,
         dp.buffers_and_batchnorm,
+        dp.buffer_sync_rule,
         dp.evaluation,
         dp.unused_plain,
         dp.unused_found,
@@ -192,6 +226,15 @@ def test_buffers_batchnorm_and_sync_batchnorm(ranks):
     assert bn["broadcast_buffers warns"] == ["FutureWarning: `broadcast_buffers` is deprecated"]
     assert bn["averaged mean == whole batch's"] and not bn["averaged var == whole batch's"]
     assert bn["SyncBatchNorm on CPU"].startswith("ValueError: SyncBatchNorm")
+
+
+def test_buffers_are_copied_only_after_a_forward_with_grad_outside_no_sync(ranks):
+    """DDP's `require_forward_param_sync` (torch/nn/parallel/distributed.py): a second no_grad forward,
+    and the forward after one inside no_sync, copy nothing."""
+    rule = ranks[0]["buffer_sync_rule"]
+    assert rule == ranks[1]["buffer_sync_rule"]
+    assert list(rule.values()) == [True, True, False, False, True, True, False]
+    assert not rule["no_grad, after a no_grad forward"]
 
 
 def test_evaluation_counts_each_sample_once(ranks):
@@ -237,9 +280,26 @@ def test_crash_and_resume_runs_the_same_job_uninterrupted_then_killed(monkeypatc
     assert calls == [(3, {"max_restarts": 0}), (3, {"kill": (1, 2, 1), "max_restarts": 1})]
 
 
+def test_preempted_job_stops_every_rank_at_one_step_and_the_requeue_resumes_there(ranks):
+    """rank 1 sends torchrun SIGTERM at (epoch 2, step 1): torchrun forwards it, both ranks stop there,
+    rank 0's snapshot holds that step, and the requeued job ends bitwise equal to the uninterrupted run."""
+    jobs = dp.preempted_job(epochs=4, preempt=(1, 2, 1))
+    stopped, requeued = jobs["preempted"], jobs["requeued"]
+    assert stopped.failure == "torchrun itself got SIGTERM (SignalException)" and stopped.final is None
+    for events in stopped.events:
+        assert [(e["epoch"], e["step"]) for e in events if e["event"] == "stopped by SIGTERM"] == [(2, 1)]
+    assert requeued.failure == ""
+    assert [(e["start_epoch"], e["start_step"]) for e in requeued.events[0] if e["event"] == "start"] == [(2, 1)]
+    assert torch.equal(requeued.final, torch.tensor(ranks[0]["uninterrupted"]))
+
+
 def test_torchrun_job_validates():
     with pytest.raises(ValueError, match="kill"):
         dp.torchrun_job(2, kill=(1, -1, 0))
+    with pytest.raises(TypeError, match="preempt"):
+        dp.torchrun_job(2, preempt=(1, 2))
+    with pytest.raises(ValueError, match="snapshots"):
+        dp.torchrun_job(2, snapshots="/nonexistent/folder")
 
 
 def test_restart_overhead_figure(resumed, monkeypatch):

@@ -31,7 +31,8 @@ def no_sync_accumulation(fn: Any) -> Verdict:
         return verdict(False, "", f"your function raised {next(row['error'] for row in rows if row['error'])}")
     syncs = {step["syncs"] for row in rows for step in row["per_step"]}
     if all(row["full"] for row in rows) and syncs == {1}:
-        return verdict(True, f"the gradient of all {2 * K} micro-batches, with one all-reduce per step.", "")
+        together = rows[0]["micro_batches"]
+        return verdict(True, f"the gradient of all {together} micro-batches, with one all-reduce per step.", "")
     if syncs == {0}:
         return verdict(False, "", "no all-reduce ran at all: the last micro-batch must run outside no_sync().")
     if all(row["k_times"] for row in rows):
