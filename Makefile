@@ -79,6 +79,8 @@ SITE_OUT     := build/$(if $(filter learner,$(SITE_EDITION)),site-learner,site)
 SITE_STRICT  ?= -W --keep-going
 
 $(SITE_STAMP): requirements-site.txt requirements.txt $(STAMP)
+	@$(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+	  || { echo "make site needs Python 3.11 or newer in .venv (Sphinx 9 and sphinx-book-theme 1.4 do); the course itself runs on 3.10"; exit 2; }
 	$(BIN)/python -m pip install --disable-pip-version-check -r requirements-site.txt -c requirements.txt
 	@touch $(SITE_STAMP)
 
