@@ -30,7 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from helpers import capstone, ddp_practice, orientation
+from helpers import capstone, ddp_practice, model_parallel, orientation
 from helpers.environment import default_start_method, usable_cores
 from helpers.errors import short_error
 from helpers.timing import Figure, measure_load
@@ -401,6 +401,8 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "no_sync_saving": ddp_practice.no_sync_saving,
     "restart_overhead": ddp_practice.restart_overhead,
     "capstone_speedup": capstone.capstone_speedup,
+    "fsdp_state_bytes": model_parallel.fsdp_state_bytes,
+    "pipeline_speedup": model_parallel.pipeline_speedup,
 }
 
 

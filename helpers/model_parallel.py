@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from helpers import launcher
+from helpers.environment import default_start_method
 from helpers.validate import positive_int
 
 __all__ = [
@@ -44,9 +45,21 @@ __all__ = [
     "pipeline_runs",
     "bubble_formula",
     "idle_share",
+    "bubble_reading",
+    "overlapping",
+    "pipeline_step",
+    "make_schedule",
+    "pipeline_reference",
+    "timeline_figure",
+    "TimedStage",
+    "Block",
+    "checkpoint_folder",
+    "pipeline_timing",
     "ActivationMeter",
     "tensor_parallel",
     "TP_WIDTH",
+    "CollectiveLog",
+    "fsdp_wrap",
     "sharded",
     "checkpoint_save",
     "checkpoint_load_one",
@@ -127,11 +140,13 @@ class ActivationMeter:
 
     `torch.autograd.graph.saved_tensors_hooks` hands every saved tensor to `pack`; we wrap it in a small
     object that adds its bytes while it lives and subtracts them when autograd frees it (after backward,
-    or when the graph is dropped). Tensors that share storage with a parameter (Linear saves its weight
-    for backward) are not activations and are not counted."""
+    or when the graph is dropped). A tensor saved twice (Tanh saves its output, the next Linear the same
+    tensor as its input) is counted once, and tensors that share memory with a parameter (Linear saves
+    its weight for backward) are not activations and are not counted."""
 
     def __init__(self, params: Sequence[torch.Tensor] = ()) -> None:
         self.exclude = {_local(p).untyped_storage().data_ptr() for p in params}
+        self.holders: dict[tuple[int, int], int] = {}  # (address, bytes) -> saved references alive
         self.live = 0
         self.peak = 0
 
@@ -146,19 +161,31 @@ class ActivationMeter:
         """The context in which autograd's saved tensors are counted."""
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
+    def add(self, key: tuple[int, int]) -> None:
+        self.holders[key] = self.holders.get(key, 0) + 1
+        if self.holders[key] == 1:
+            self.live += key[1]
+            self.peak = max(self.peak, self.live)
+
+    def remove(self, key: tuple[int, int]) -> None:
+        self.holders[key] -= 1
+        if not self.holders[key]:
+            del self.holders[key]
+            self.live -= key[1]
+
 
 class _Saved:
-    __slots__ = ("meter", "tensor", "nbytes")
+    __slots__ = ("meter", "tensor", "key")
 
     def __init__(self, meter: ActivationMeter, t: torch.Tensor) -> None:
-        self.meter, self.tensor = meter, t
-        counted = t.layout == torch.strided and t.untyped_storage().data_ptr() not in meter.exclude
-        self.nbytes = t.numel() * t.element_size() if counted else 0
-        meter.live += self.nbytes
-        meter.peak = max(meter.peak, meter.live)
+        self.meter, self.tensor, self.key = meter, t, None
+        if t.layout == torch.strided and t.untyped_storage().data_ptr() not in meter.exclude:
+            self.key = (t.data_ptr(), t.numel() * t.element_size())
+            meter.add(self.key)
 
     def __del__(self) -> None:
-        self.meter.live -= self.nbytes
+        if self.key is not None:
+            self.meter.remove(self.key)
 
 
 def memory_breakdown(
@@ -241,32 +268,40 @@ def by_hand(rank: int, world_size: int, steps: int = BY_HAND["steps"]) -> dict[s
     width = widths[(len(widths) - 1) // 2]  # what crosses between the halves: batch x width
     losses, spans = [], []
     dist.barrier()
-    for _ in range(steps):
+    begin = time.perf_counter()  # perf_counter is one clock for every process of the machine
+    for step in range(steps):
         optimizer.zero_grad()
         if rank == 0:
             start = time.perf_counter()
             out = stage(x)
-            spans.append(("forward", start, time.perf_counter()))
+            spans.append(("forward", step, start, time.perf_counter()))
             dist.send(out.detach(), dst=1)
             grad = torch.empty_like(out)
             dist.recv(grad, src=1)
             start = time.perf_counter()
             torch.autograd.backward(out, grad)  # the rest of the chain rule: d loss / d out came from rank 1
-            spans.append(("backward", start, time.perf_counter()))
+            spans.append(("backward", step, start, time.perf_counter()))
         else:
             h = torch.empty(batch, width)
             dist.recv(h, src=0)
             h.requires_grad_()  # a leaf here: its .grad is what rank 0 needs
             start = time.perf_counter()
             loss = nn.functional.mse_loss(stage(h), y)
-            spans.append(("forward", start, time.perf_counter()))
+            spans.append(("forward", step, start, time.perf_counter()))
             start = time.perf_counter()
             loss.backward()
-            spans.append(("backward", start, time.perf_counter()))
+            spans.append(("backward", step, start, time.perf_counter()))
             dist.send(h.grad, dst=0)
             losses.append(loss.item())
         optimizer.step()
-    return {"losses": losses, "state": {k: v.clone() for k, v in stage.state_dict().items()}, "spans": spans}
+    state = {k: v.clone() for k, v in stage.state_dict().items()}
+    return {"losses": losses, "state": state, "spans": spans, "start": begin}
+
+
+def overlapping(ranks: Sequence[dict[str, Any]]) -> bool:
+    """Whether two ranks ever computed at the same moment (any two of their spans overlap in time)."""
+    spans = [(i, s[2], s[3]) for i, r in enumerate(ranks) for s in r["spans"]]
+    return any(i != j and a < d and c < b for i, a, b in spans for j, c, d in spans)
 
 
 def by_hand_reference(steps: int = BY_HAND["steps"]) -> dict[str, Any]:
@@ -344,9 +379,11 @@ class TimedStage(nn.Module):
         return sorted(out, key=lambda s: s[2])
 
     def reset(self) -> None:
+        """Forget the spans, and count activations afresh: tensors still saved from an earlier step (the
+        schedule keeps the last graph of its first step, which inferred the shapes) stay on the old meter."""
         self.log.clear()
         self.count = 0
-        self.meter.peak = self.meter.live
+        self.meter = ActivationMeter(list(self.body.parameters()))
 
 
 def _pipe_model(split: Sequence[int] | None = None) -> tuple[nn.Sequential, list[nn.Sequential]]:
@@ -359,7 +396,7 @@ def _pipe_model(split: Sequence[int] | None = None) -> tuple[nn.Sequential, list
     return model, [nn.Sequential(*blocks[: split[0]]), nn.Sequential(*blocks[split[0] :])]
 
 
-def _schedule(kind: str, stage: Any, microbatches: int) -> Any:
+def make_schedule(kind: str, stage: Any, microbatches: int) -> Any:
     from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
     if kind not in ("GPipe", "1F1B"):
@@ -368,7 +405,7 @@ def _schedule(kind: str, stage: Any, microbatches: int) -> Any:
     return cls(stage, n_microbatches=microbatches, loss_fn=nn.functional.mse_loss)
 
 
-def _pipeline_step(
+def pipeline_step(
     rank: int, world_size: int, kind: str, microbatches: int, split: Sequence[int] | None = None
 ) -> dict[str, Any]:
     """One training step (forward and backward of `microbatches` micro-batches, no optimizer step) of the
@@ -382,7 +419,7 @@ def _pipeline_step(
     batch = PIPE["microbatch"] * microbatches
     x, y = data(batch, PIPE["width"], PIPE["width"])
     stage = PipelineStage(stage_module, rank, world_size, torch.device("cpu"))
-    schedule = _schedule(kind, stage, microbatches)
+    schedule = make_schedule(kind, stage, microbatches)
     result: dict[str, Any] = {}
     for attempt in ("warm-up", "timed"):  # the first step also infers the shapes between the stages
         stage_module.reset()
@@ -422,26 +459,46 @@ def pipeline_runs(
     runs: dict[str, Any] = {}
     for kind in schedules:
         for m in counts:
-            runs[f"{kind} m={m}"] = _pipeline_step(rank, world_size, kind, m)
+            runs[f"{kind} m={m}"] = pipeline_step(rank, world_size, kind, m)
     for split in splits:
         if len(split) != 2 or sum(split) != PIPE["layers"] or min(split) < 1:
             raise ValueError(f"splits must be pairs of layer counts adding up to {PIPE['layers']}, got {split}")
-        runs[f"GPipe m={max(counts)} split={tuple(split)}"] = _pipeline_step(
+        runs[f"GPipe m={max(counts)} split={tuple(split)}"] = pipeline_step(
             rank, world_size, "GPipe", max(counts), split
         )
     return runs
 
 
 def idle_share(ranks: Sequence[dict[str, Any]]) -> float:
-    """The measured bubble of one pipeline step: the share of (stages x step time) in which no stage
-    computed. The step runs from the earliest start (after the barrier) to the last span's end; each
-    stage's busy time is the sum of its forward and backward spans."""
+    """The measured bubble of one pipeline step: the share of the step that the stages spent idle, averaged
+    over the stages. The step runs from the earliest start (after the barrier) to the last span's end;
+    each stage's busy time is the sum of its forward and backward spans."""
     if not ranks:
         raise ValueError("ranks must hold the results of every stage")
     start = min(r["start"] for r in ranks)
     end = max(max(s[3] for s in r["spans"]) for r in ranks)
     busy = sum(s[3] - s[2] for r in ranks for s in r["spans"])
     return 1.0 - busy / (len(ranks) * (end - start))
+
+
+def bubble_reading(measured: float, stages: int, microbatches: int, load: Any = None) -> str:
+    """The measured idle share read against the formula: the formula counts only the fill and drain of the
+    pipe; sends, the schedule's own Python and other programs add idle time it does not count."""
+    formula = bubble_formula(stages, microbatches)
+    head = f"idle {measured:.2f} of the step, formula (p - 1) / (m + p - 1) = {formula:.2f}"
+    busy = load is not None and load.disturbed
+    if measured < formula - 0.05:
+        why = (
+            "below the formula: a span also counts the time its stage waited for a core, so on a busy machine"
+            " the stages look busier than they were"
+        )
+    elif measured <= formula + 0.1:
+        why = "close to the formula: the fill and drain of the pipe is all that stood idle"
+    else:
+        why = "above the formula: sends between the stages and the schedule's own work add idle time" + (
+            f", and other programs used {load.during:.1f} of {load.cores} cores during the run" if busy else ""
+        )
+    return f"{head}: {why}."
 
 
 def pipeline_reference(microbatches: int) -> dict[str, Any]:
@@ -562,7 +619,7 @@ def tensor_parallel(rank: int, world_size: int, plan: dict[str, Any] | None = No
 SHARD = {"widths": (32, 256, 256, 32), "batch": 16, "steps": 5, "lr": 1e-3}
 
 
-class _CollectiveLog(torch.utils._python_dispatch.TorchDispatchMode):
+class CollectiveLog(torch.utils._python_dispatch.TorchDispatchMode):
     """Records every c10d collective that passes through torch's dispatcher (FSDP2's all-gathers and
     reduce-scatters): its name and the bytes of the full tensor it moves (the gathered output of an
     all-gather, the input of a reduce-scatter)."""
@@ -607,7 +664,7 @@ def _state_bytes(model: nn.Module, optimizer: Any) -> dict[str, int]:
     }
 
 
-def _fsdp(model: nn.Sequential, mesh: Any, reshard: bool = True) -> nn.Module:
+def fsdp_wrap(model: nn.Sequential, mesh: Any, reshard: bool = True) -> nn.Module:
     """FSDP2: each Linear its own unit (gathered just before it runs), then the whole model."""
     from torch.distributed.fsdp import fully_shard
 
@@ -668,7 +725,7 @@ def sharded(rank: int, world_size: int, steps: int = SHARD["steps"]) -> dict[str
     mesh = init_device_mesh("cpu", (world_size,))
     for reshard in (True, False):
         name = "FSDP" if reshard else "FSDP no reshard"
-        model = _fsdp(make_mlp(widths), mesh, reshard)
+        model = fsdp_wrap(make_mlp(widths), mesh, reshard)
         adam = torch.optim.Adam(model.parameters(), lr=lr)
         losses = _train(model, adam, x, y, steps)
         if reshard:
@@ -676,7 +733,7 @@ def sharded(rank: int, world_size: int, steps: int = SHARD["steps"]) -> dict[str
             out["FSDP bytes"] = _state_bytes(model, adam)
             out["FSDP weights"] = _full_state(model)
             out["FSDP placements"] = {k: _placements(p) for k, p in model.named_parameters()}
-        log = _CollectiveLog()
+        log = CollectiveLog()
         adam.zero_grad()
         with log:
             loss = nn.functional.mse_loss(model(x), y)
@@ -709,7 +766,7 @@ def checkpoint_save(rank: int, world_size: int, folder: str = "", steps: int = 3
         raise ValueError("folder must name the checkpoint's folder")
     widths = SHARD["widths"]
     mesh = init_device_mesh("cpu", (world_size,))
-    model = _fsdp(make_mlp(widths), mesh)
+    model = fsdp_wrap(make_mlp(widths), mesh)
     adam = torch.optim.Adam(model.parameters(), lr=SHARD["lr"])
     x, y = data(SHARD["batch"] * world_size, widths[0], widths[-1])
     _train(model, adam, x.chunk(world_size)[rank], y.chunk(world_size)[rank], positive_int("steps", steps))
@@ -855,7 +912,7 @@ def predicted_bytes(parameters: int, world_size: int = 2, bytes_per_value: int =
 
 
 # ---------------------------------------------------------------------------------------- bench figures
-def _state_total(row: dict[str, int], with_step: bool = True) -> int:
+def _state_total(row: dict[str, int]) -> int:
     return row["parameters"] + row["gradients"] + row["optimizer"]
 
 
@@ -879,6 +936,7 @@ def fsdp_state_bytes(steps: int = 2) -> Any:
             "ddp_bytes_per_rank": ddp,
             "fsdp_bytes_per_rank": fsdp,
             "zero1_bytes_per_rank": statistics.mean(_state_total(r["ZeRO-1 bytes"]) for r in rows),
+            "start_method": default_start_method(),
         },
         conditions={"FSDP2 weights bitwise equal to DDP's": same},
     )
@@ -908,7 +966,7 @@ def pipeline_timing(rank: int, world_size: int, microbatches: int = 8, repeats: 
     _, stages = _pipe_model()
     module = stages[rank]
     x, y = data(PIPE["microbatch"] * microbatches, PIPE["width"], PIPE["width"])
-    schedule = _schedule("GPipe", PipelineStage(module, rank, world_size, torch.device("cpu")), microbatches)
+    schedule = make_schedule("GPipe", PipelineStage(module, rank, world_size, torch.device("cpu")), microbatches)
     piped, single = [], []
     for repeat in range(repeats + 1):
         dist.barrier()
@@ -946,7 +1004,13 @@ def pipeline_speedup(microbatches: int = 8, repeats: int = 5) -> Any:
         limit=limit,
         floor=0.7 * limit,
         what=f"2-stage GPipe pipeline, {m} micro-batches, 2 ranks x 1 thread / 1 process x 1 thread: seconds per step",
-        details={"pipeline_s": piped, "single_s": single, "microbatches": m, "bubble_formula": bubble_formula(2, m)},
+        details={
+            "pipeline_s": piped,
+            "single_s": single,
+            "microbatches": m,
+            "bubble_formula": bubble_formula(2, m),
+            "start_method": default_start_method(),
+        },
     )
 
 

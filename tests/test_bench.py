@@ -154,3 +154,23 @@ def test_dataloader_cpu_reads_medians_of_interleaved_rounds():
     assert fig.ratio > 0 and fig.limit == fig.floor / 0.75
     assert len(fig.details["rounds_0"]) == len(fig.details["rounds_best"]) == 2
     assert fig.details["samples_per_s_0"] in fig.details["rounds_0"]
+
+
+def test_fsdp_state_bytes_figure_counts_half_the_state_per_rank():
+    fig = bench.FIGURES["fsdp_state_bytes"](steps=1)
+    assert fig.limit == 2.0 and fig.floor == 1.9 and fig.floor <= fig.ratio <= fig.limit
+    assert fig.meets_floor is True and fig.conditions == {"FSDP2 weights bitwise equal to DDP's": True}
+    assert fig.details["ddp_bytes_per_rank"] > fig.details["zero1_bytes_per_rank"] > fig.details["fsdp_bytes_per_rank"]
+
+
+def test_pipeline_speedup_figure_has_the_pipeline_limit():
+    fig = bench.FIGURES["pipeline_speedup"](microbatches=2, repeats=1)
+    assert fig.limit == pytest.approx(2 * 2 / 3) and fig.floor == pytest.approx(0.7 * fig.limit) and fig.ratio > 0
+    assert {"pipeline_s", "single_s", "microbatches", "bubble_formula"} <= set(fig.details)
+
+
+def test_chapter_09_figures_are_registered():
+    from helpers import model_parallel
+
+    assert bench.FIGURES["fsdp_state_bytes"] is model_parallel.fsdp_state_bytes
+    assert bench.FIGURES["pipeline_speedup"] is model_parallel.pipeline_speedup

@@ -112,7 +112,8 @@ def test_by_hand_equals_one_process_bitwise(group):
     for rank in (0, 1):
         state = group[rank]["by_hand"]["state"]
         assert all(torch.equal(state[k], reference["states"][rank][k]) for k in state)
-        assert {kind for kind, _, _ in group[rank]["by_hand"]["spans"]} == {"forward", "backward"}
+        assert {span[0] for span in group[rank]["by_hand"]["spans"]} == {"forward", "backward"}
+    assert not mpar.overlapping([group[rank]["by_hand"] for rank in (0, 1)])  # each stage waits for the other
 
 
 def test_pipeline_matches_one_process(group):
