@@ -1,5 +1,6 @@
 """Chapter 07, DDP in practice: gradient accumulation and `no_sync`, the errors people hit, buffers and
-BatchNorm, exact evaluation, torchrun jobs that survive a killed rank, finding the failing rank, and a
+BatchNorm (and which forwards copy rank 0's buffers), exact evaluation, torchrun jobs that survive a
+killed rank or a preemption (SIGTERM, a mid-epoch snapshot, a requeue), finding the failing rank, and a
 first look at what comes after DDP (`ZeroRedundancyOptimizer`).
 
 The rank functions here are run by the course's launcher (`launch`: a process group on 127.0.0.1, a free
