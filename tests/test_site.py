@@ -164,13 +164,11 @@ def test_bad_arguments_are_named():
         course_site.notebook_number(6)
 
 
-def test_a_small_site_links_its_chapters_sections(tmp_path):
-    """Sphinx builds two chapters and a page; the cross-references become links to the sections."""
-    sphinx_main = pytest.importorskip("sphinx.cmd.build").main
-    pytest.importorskip("myst_nb")
+def _small_site(tmp_path, second_text):
+    """A two-chapter project with the site's extension: 00 has sections 1 and 2, 01 says `second_text`."""
     (tmp_path / "notebooks").mkdir()
     first = _nb(_md("# 00 · First\n\n## 1. Start here\n\nText.\n\n## 2. Then this\n\nAs §1 says.", "a"))
-    second = _nb(_md("# 01 · Second\n\nBuilds on notebook 00, section 2 and 00 §1 (see 00).", "b"))
+    second = _nb(_md(f"# 01 · Second\n\n{second_text}", "b"))
     (tmp_path / "notebooks" / "00_first.ipynb").write_text(json.dumps(first))
     (tmp_path / "notebooks" / "01_second.ipynb").write_text(json.dumps(second))
     (tmp_path / "README.md").write_text("# Course\n\nStart with `00_first`.\n")
@@ -182,6 +180,13 @@ def test_a_small_site_links_its_chapters_sections(tmp_path):
         "myst_heading_anchors = 3\nmyst_heading_slug_func = 'course_site.jupyterlab_anchor'\n"
         "exclude_patterns = ['_build']\n"
     )
+
+
+def test_a_small_site_links_its_chapters_sections(tmp_path):
+    """Sphinx builds two chapters and a page; the cross-references become links to the sections."""
+    sphinx_main = pytest.importorskip("sphinx.cmd.build").main
+    pytest.importorskip("myst_nb")
+    _small_site(tmp_path, "Builds on notebook 00, section 2 and 00 §1 (see 00).")
     out = tmp_path / "_build"
     assert sphinx_main(["-q", "-b", "html", "-W", str(tmp_path), str(out)]) == 0
     second_html = (out / "notebooks" / "01_second.html").read_text()
@@ -192,3 +197,15 @@ def test_a_small_site_links_its_chapters_sections(tmp_path):
     assert 'id="2.-Then-this"' in (out / "notebooks" / "00_first.html").read_text()
     readme = (out / "README.html").read_text()
     assert re.search(r'href="notebooks/00_first.html"><code[^>]*><span class="pre">00_first', readme)
+
+
+def test_a_stale_cross_reference_fails_the_build(tmp_path, capsys):
+    """A section or chapter that does not exist (renumbered, or not written yet) is a warning, which
+    fails `make site` (-W), instead of plain text nobody notices."""
+    sphinx_main = pytest.importorskip("sphinx.cmd.build").main
+    pytest.importorskip("myst_nb")
+    _small_site(tmp_path, "See 00 §7 and notebook 05. (You may see 12 workers: no reference.)")
+    assert sphinx_main(["-q", "-b", "html", "-W", "--keep-going", str(tmp_path), str(tmp_path / "_build")]) != 0
+    err = capsys.readouterr().err
+    assert "'00 §7' names section 7 of notebooks/00_first" in err and "'notebook 05' names notebook 05" in err
+    assert "'12'" not in err

@@ -249,14 +249,24 @@ def _link(app, fromdoc: str, number: str, section: str | None, text: str) -> nod
 
     docname = _targets(app.env).get(number)
     if docname is None:
+        if text.startswith("notebook") or "§" in text:  # "see 12 workers" is no cross-reference
+            _warn(fromdoc, f"{text!r} names notebook {number}, which does not exist")
         return nodes.Text(text)
     uri = app.builder.get_relative_uri(fromdoc, docname)
     if section is not None:
         anchor = _store(app.env)[docname].get(section)
         if anchor is None:
+            _warn(fromdoc, f"{text!r} names section {section} of {docname}, which has no heading '{section}. ...'")
             return nodes.Text(text)
         uri = f"{uri}#{anchor}" if docname != fromdoc else f"#{anchor}"
     return nodes.reference(text, text, refuri=uri, internal=True, classes=["course-xref"])
+
+
+def _warn(docname: str, message: str) -> None:
+    """A Sphinx warning (so `make site`, which runs with -W, fails): a stale cross-reference."""
+    from sphinx.util import logging
+
+    logging.getLogger(__name__).warning(message, location=docname, type="course", subtype="xref")
 
 
 def on_doctree_resolved(app, doctree: nodes.document, docname: str) -> None:
