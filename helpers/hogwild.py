@@ -47,6 +47,8 @@ __all__ = [
     "momentum_buffers",
     "train_worker",
     "scaled_wait",
+    "fork_breaks_autograd",
+    "children_start_method",
 ]
 
 _WAIT = 60.0  # seconds on an idle machine: bound for the start barrier and for joining (spawn imports torch)
@@ -253,6 +255,38 @@ def train_worker(
                 stop.set()
 
 
+def fork_breaks_autograd(devices: int | None = None) -> bool:
+    """Whether a child forked from this process may fail at its first backward with "Unable to handle
+    autograd's threading in combination with fork-based multiprocessing".
+
+    The first backward in a process starts autograd's device threads (`Engine::start_device_threads` in
+    torch/csrc/autograd/engine.cpp). When a registered non-CPU device guard reports at least one device,
+    it starts a thread per device and arms a fork check (`track_bad_autograd_forks`, a pthread_atfork
+    handler); every child forked after that refuses to run backward. So with a CUDA build on a machine
+    with a GPU, one backward on *CPU* tensors in this process is enough (pytorch/pytorch#32835, #41639).
+    A CPU build, or an empty `CUDA_VISIBLE_DEVICES`, reports no device: nothing is armed, fork is safe.
+
+    `devices` stands in for the count (the tests pass one); by default `torch.cuda.device_count()`,
+    which asks NVML and so does not initialise CUDA in this process (that would poison fork too).
+    """
+    if devices is None:
+        devices = torch.cuda.device_count()
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 0:
+        raise ValueError(f"devices must be a device count >= 0 or None, got {devices!r}")
+    return devices > 0
+
+
+def children_start_method(prefer: str | None = None, devices: int | None = None) -> str:
+    """The start method for children that run backward: `prefer` (None: the platform's default), except
+    that fork becomes spawn where `fork_breaks_autograd(devices)`. For cells that pick fork only because
+    it starts faster; a lesson that needs fork passes start_method="fork" to `hogwild`, which refuses
+    with a clear error where fork would break."""
+    method = prefer or default_start_method()
+    if method not in tmp.get_all_start_methods():
+        raise ValueError(f"prefer must be one of {tmp.get_all_start_methods()} or None, got {prefer!r}")
+    return "spawn" if method == "fork" and fork_breaks_autograd(devices) else method
+
+
 def hogwild(
     processes: int = 2,
     config: Config | None = None,
@@ -266,6 +300,8 @@ def hogwild(
 ) -> Run:
     """Train `model` on `task` with `processes` Hogwild workers and return what the parent sees.
 
+    `start_method` None is the platform's default, except that fork becomes spawn where it would break
+    autograd (`children_start_method`); an explicit "fork" there raises `ValueError`.
     `share=False` skips `model.share_memory()` (the classic mistake); `optimizer`, if given, is built in
     the parent and handed to every worker (another one). `processes=1` is the single-process baseline,
     run by the same code. `time_limit` (seconds after the start barrier) sets the stop signal, so a slow
@@ -293,7 +329,7 @@ def hogwild(
     task.share_memory_()
     if share:
         model.share_memory()
-    ctx = tmp.get_context(start_method or default_start_method())
+    ctx = tmp.get_context(children_start_method(start_method) if start_method is None else start_method)
     if timeout is None:
         timeout = scaled_wait(processes * (config.threads or torch.get_num_threads()))
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
@@ -303,6 +339,12 @@ def hogwild(
             f"threads={config.threads} under fork: a forked child whose parent has run a parallel torch op hangs "
             "in GNU OpenMP (libgomp) at its first parallel op; use threads=1, or start_method='spawn' for more "
             "threads"
+        )
+    if ctx.get_start_method() == "fork" and fork_breaks_autograd():  # only an explicit "fork" gets here
+        raise ValueError(
+            "start_method='fork': this torch sees a GPU, so after any backward in this process a forked child "
+            "fails at its first backward (autograd's fork check, torch/csrc/autograd/engine.cpp); start Jupyter "
+            "with CUDA_VISIBLE_DEVICES= (empty) for this CPU notebook, or use start_method='spawn'"
         )
     counter, stop, barrier = ctx.Value("l", 0), ctx.Event(), ctx.Barrier(processes + 1)
     log = torch.full((processes, config.steps), math.nan).share_memory_()

@@ -262,14 +262,35 @@ def pool_error(items: Sequence[int], method: str = "map", start_method: str | No
 # ---- torch.multiprocessing.spawn ----------------------------------------------------------------------
 
 
-def _spawn_rank(rank: int, items: list[int], out: torch.Tensor, nprocs: int) -> None:
-    """spawn target, called as fn(rank, *args): rank r squares items r, r + nprocs, ... into `out`."""
+def _spawn_rank(rank: int, items: list[int], out: torch.Tensor, nprocs: int, gate: Any = None) -> None:
+    """spawn target, called as fn(rank, *args): rank r squares items r, r + nprocs, ... into `out`.
+
+    With a `gate` (a semaphore), rank 0 first waits until the parent releases it, so the parent's first
+    blocking `join()` surely returns while rank 0 still runs: `join()` answers when *any* rank has ended."""
+    if gate is not None and rank == 0:
+        gate.acquire(timeout=_WAIT)
     for index in range(rank, len(items), nprocs):
         out[index] = delayed_square(items[index])
 
 
-def _fail_or_wait(rank: int, seconds: float) -> None:
-    """spawn target: rank 1 fails at once; the others would work for `seconds`."""
+def _fail_or_wait(rank: int, seconds: float, ready: Any = None, saved: Any = None) -> None:
+    """spawn target: rank 1 fails; the others would work for `seconds`.
+
+    With `saved` (a shared tensor, one slot per rank), the last rank installs a SIGTERM handler that
+    writes 1 into its slot (its "last snapshot") and exits with code 0: the only way a rank learns that
+    `join` is ending the job. With `ready` (a Barrier for all ranks), rank 1 fails only once every rank
+    has started and installed its handler, so the SIGTERM cannot arrive before the handler is in place."""
+    if saved is not None and rank == len(saved) - 1:
+        import signal
+        import sys
+
+        def save_and_exit(signum: int, frame: Any) -> None:
+            saved[rank] = 1
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, save_and_exit)
+    if ready is not None:
+        ready.wait(_WAIT)
     if rank == 1:
         raise ValueError("rank 1 failed on purpose")
     time.sleep(seconds)
@@ -277,35 +298,57 @@ def _fail_or_wait(rank: int, seconds: float) -> None:
 
 def with_spawn(items: Sequence[int], nprocs: int = 4, timeout: float = _WAIT) -> dict[str, Any]:
     """`torch.multiprocessing.spawn` with join=False: the ranks write results into a shared tensor
-    (spawn returns nothing), the context is joined with a deadline."""
+    (spawn returns nothing). Rank 0 waits on a gate until the first blocking `join()` has returned, which
+    shows that `join()` answers once *any* rank has ended (False while others run); then the context is
+    joined in a loop with a deadline, as `spawn(join=True)` does with `while not context.join(): pass`."""
     import torch
     import torch.multiprocessing as tmp
 
-    positive_int("nprocs", nprocs)
+    positive_int("nprocs", nprocs, minimum=2)
     non_negative("timeout", timeout)
     items = list(items)
     out = torch.full((len(items),), -1, dtype=torch.long).share_memory_()
+    gate = tmp.get_context("spawn").Semaphore(0)
     with quiet_spawn_log():
-        context = tmp.spawn(_spawn_rank, args=(items, out, nprocs), nprocs=nprocs, join=False)
+        context = tmp.spawn(_spawn_rank, args=(items, out, nprocs, gate), nprocs=nprocs, join=False)
         try:
             report: dict[str, Any] = {"returned": type(context).__name__}
             report["join(timeout=0) right after start"] = context.join(timeout=0)
+            report["first join() while rank 0 waits"] = context.join(timeout=timeout)
+            report["rank 0 still running then"] = context.processes[0].is_alive()
+            gate.release()
             join_spawned(context, timeout)
             report["join() at the end"] = context.join()
         finally:
+            gate.release()  # rank 0 must not wait out its timeout if something above failed
             remove_error_files(context)
     report["results"] = out.tolist()
     report["exit codes"] = [p.exitcode for p in context.processes]
+    del gate
+    gc.collect()  # a spawn-context semaphore is a file in /dev/shm until collected
     return report
 
 
-def spawn_failure(nprocs: int = 2, seconds: float = 30.0, timeout: float = _WAIT) -> dict[str, Any]:
-    """Rank 1 raises while the others work: what the parent gets, and what happens to the others."""
+def spawn_failure(
+    nprocs: int = 2, seconds: float = 30.0, timeout: float = _WAIT, save_on_sigterm: bool = False
+) -> dict[str, Any]:
+    """Rank 1 raises while the others work: what the parent gets, and what happens to the others.
+
+    `save_on_sigterm=True` (needs nprocs >= 3) gives the last rank a SIGTERM handler that saves and
+    exits, while rank 0 has none: the report's "saved by its SIGTERM handler" says which rank could save.
+    All ranks then meet on a Barrier first, so rank 1 fails only once every handler is installed."""
+    import torch
     import torch.multiprocessing as tmp
 
-    positive_int("nprocs", nprocs, minimum=2)
+    positive_int("nprocs", nprocs, minimum=3 if save_on_sigterm else 2)
+    if not isinstance(save_on_sigterm, bool):
+        raise TypeError(f"save_on_sigterm must be True or False, got {type(save_on_sigterm).__name__}")
+    ready = saved = None
+    if save_on_sigterm:
+        ready = tmp.get_context("spawn").Barrier(nprocs)
+        saved = torch.zeros(nprocs, dtype=torch.long).share_memory_()
     with quiet_spawn_log():
-        context = tmp.spawn(_fail_or_wait, args=(seconds,), nprocs=nprocs, join=False)
+        context = tmp.spawn(_fail_or_wait, args=(seconds, ready, saved), nprocs=nprocs, join=False)
         try:
             join_spawned(context, timeout)
         except tmp.ProcessRaisedException as exc:
@@ -319,6 +362,10 @@ def spawn_failure(nprocs: int = 2, seconds: float = 30.0, timeout: float = _WAIT
         finally:
             remove_error_files(context)
     report["exit codes"] = [p.exitcode for p in context.processes]
+    if saved is not None:
+        report["saved by its SIGTERM handler"] = [bool(flag) for flag in saved.tolist()]
+    del ready
+    gc.collect()  # a spawn-context Barrier's semaphores are files in /dev/shm until collected
     return report
 
 
@@ -422,7 +469,11 @@ def collect_and_train(
 ) -> CollectRun:
     """`tasks` steps of "get data (delay s), then one SGD step on a shared model", spread over `workers`
     processes: a Pool (`way="pool"`), Process objects with a task queue ("process"), or this process
-    alone ("loop", workers must be 1). Every process writes its losses into shared tensors."""
+    alone ("loop", workers must be 1). Every process writes its losses into shared tensors.
+
+    fork, given or the platform's default, becomes spawn where a forked child's backward would fail
+    after a backward in this process (a CUDA build that sees a GPU: `helpers.hogwild.fork_breaks_autograd`);
+    the start method only changes the start-up time, which is reported apart."""
     import torch
 
     positive_int("workers", workers)
@@ -434,6 +485,10 @@ def collect_and_train(
         raise ValueError(f"way must be 'pool', 'process' or 'loop', got {way!r}")
     if way == "loop" and workers != 1:
         raise ValueError(f"way='loop' runs in this process: workers must be 1, got {workers}")
+    if way != "loop":
+        from helpers.hogwild import children_start_method
+
+        start_method = children_start_method(start_method)
     torch.manual_seed(0)
     model = torch.nn.Linear(_FEATURES, 1, bias=False)
     with torch.no_grad():

@@ -196,3 +196,31 @@ def test_speed_table_interleaves_rounds_and_reports_spreads(task):
         hogwild.speed_table([2, 4], task=task)
     with pytest.raises(ValueError, match="threads"):
         hogwild.speed_table([1], hogwild.Config(threads=2), task=task)
+
+
+def test_fork_breaks_autograd_only_where_torch_sees_a_device():
+    assert hogwild.fork_breaks_autograd(0) is False and hogwild.fork_breaks_autograd(1) is True
+    assert hogwild.fork_breaks_autograd() is (torch.cuda.device_count() > 0)  # False on the CPU build
+    for bad in (-1, True, "1", 1.0):
+        with pytest.raises(ValueError, match="devices"):
+            hogwild.fork_breaks_autograd(bad)
+
+
+def test_children_start_method_trades_fork_for_spawn_only_where_fork_breaks_autograd():
+    assert hogwild.children_start_method("fork", devices=0) == "fork"
+    assert hogwild.children_start_method("fork", devices=2) == "spawn"
+    assert hogwild.children_start_method("spawn", devices=2) == "spawn"
+    assert hogwild.children_start_method("forkserver", devices=2) == "forkserver"
+    assert hogwild.children_start_method(None, devices=0) == hogwild.default_start_method()
+    with pytest.raises(ValueError, match="prefer"):
+        hogwild.children_start_method("thread")
+
+
+def test_hogwild_on_a_machine_with_a_gpu_refuses_fork_and_defaults_to_spawn(task, monkeypatch):
+    """A CUDA build that sees a GPU (simulated): an explicit fork is refused before any process starts,
+    the default start method becomes spawn (issue 31, point 3)."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match="sees a GPU"):
+        hogwild.hogwild(2, SHORT, task=task, start_method="fork")
+    run = hogwild.hogwild(1, hogwild.Config(steps=20), task=task)
+    assert run.start_method == ("spawn" if hogwild.default_start_method() == "fork" else hogwild.default_start_method())

@@ -72,6 +72,8 @@ def test_spawn_runs_fn_with_rank_and_returns_a_context():
     report = pools.with_spawn([2, 1, 0], nprocs=2)
     assert report["returned"] == "ProcessContext"
     assert report["join(timeout=0) right after start"] is False and report["join() at the end"] is True
+    # join() returns once any rank has ended, with whether all have (issue 31, point 1)
+    assert report["first join() while rank 0 waits"] is False and report["rank 0 still running then"] is True
     assert report["results"] == [4, 1, 0] and report["exit codes"] == [0, 0]
     with pytest.raises(ValueError, match="nprocs"):
         pools.with_spawn([1], nprocs=0)
@@ -116,6 +118,18 @@ def test_spawn_failure_raises_and_terminates_the_other_ranks():
     assert error_files() <= before, "the failing rank's error file must not be left behind"
     with pytest.raises(ValueError, match="nprocs"):
         pools.spawn_failure(nprocs=1)
+
+
+def test_only_a_rank_with_a_sigterm_handler_saves_when_join_ends_the_job():
+    """grace_period or not, the other ranks hear of a failure only through SIGTERM (issue 31, point 10)."""
+    report = pools.spawn_failure(nprocs=3, seconds=30, save_on_sigterm=True)
+    assert report["original error (last line)"] == "ValueError: rank 1 failed on purpose"
+    assert report["exit codes"] == [-15, 1, 0]
+    assert report["saved by its SIGTERM handler"] == [False, False, True]
+    with pytest.raises(ValueError, match="nprocs"):
+        pools.spawn_failure(nprocs=2, save_on_sigterm=True)
+    with pytest.raises(TypeError, match="save_on_sigterm"):
+        pools.spawn_failure(nprocs=3, save_on_sigterm="yes")
 
 
 @pytest.mark.parametrize("way, workers", [("loop", 1), ("pool", 3), ("process", 3)])
@@ -324,3 +338,14 @@ def test_meet_breaks_the_barrier_instead_of_hanging_when_a_party_never_comes():
     with pytest.raises(threading.BrokenBarrierError):
         pools.meet(barrier, timeout=0.3)
     assert time.monotonic() - started < 5 and barrier.broken
+
+
+def test_collect_and_train_trades_fork_for_spawn_where_fork_breaks_autograd(monkeypatch):
+    """A CUDA build that sees a GPU (simulated): pool workers that run backward after this process did
+    must not be forked (issue 31, point 3); the workers still learn."""
+    seen = []
+    real = pools.mp_context
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(pools, "mp_context", lambda method=None: seen.append(method) or real(method))
+    run = pools.collect_and_train(1, tasks=4, delay=0.0, way="process", start_method="fork")
+    assert seen and set(seen) == {"spawn"} and not torch.isnan(run.combined).any()
