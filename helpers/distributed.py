@@ -16,13 +16,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
-import importlib
 import json
 import os
 import socket
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,19 +33,16 @@ from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from helpers.environment import default_context, default_start_method
+from helpers.environment import default_start_method
 from helpers.errors import clean, short_error
 from helpers.launcher import (
     LOOPBACK,
     check_rank,
     describe_error,
     free_port,
-    init_group,
     isolated,
     launch,
-    listener,
     listening_addresses,
-    rank_main,
     torchrun_standalone,
     torchrun_two_nodes,
 )
@@ -88,7 +83,6 @@ __all__ = [
     "ring_reading",
     "uneven_rank",
     "uneven",
-    "uneven_hang",
     "watch_hang",
     "mismatch_rank",
     "mismatch",
@@ -661,19 +655,34 @@ def ring_reading(times: dict[str, Spread]) -> str:
 
 
 # ----------------------------------------------------------------------------------- failure demos
-def uneven_rank(rank: int, world_size: int, ending: str = "join") -> dict[str, Any]:
-    """Rank r has 2 + r batches. `ending`: "barrier" (the short rank then waits in a collective: hang),
-    "return" (it just leaves: the others' next all-reduce fails), "join" (the `Join` context manager
-    shadows the missing all-reduces)."""
+def uneven_rank(rank: int, world_size: int, ending: str = "join", group_timeout: float = 3.0) -> dict[str, Any]:
+    """Rank r has 2 + r batches. `ending`: "barrier" (the short rank then waits in a collective of its
+    own: both ranks wait until the group's timeout, then raise), "return" (it just leaves: the others'
+    next all-reduce fails), "join" (the `Join` context manager shadows the missing all-reduces).
 
-    model = DDP(make_model())
+    "barrier" trains on a group of its own, made with `timeout=group_timeout` seconds (the default
+    group's is 30 min with gloo; `init_process_group(timeout=...)` sets it), and reports where each rank
+    waited and for how long. Both ranks then meet in a barrier of the default group, so that neither
+    leaves (which would close the connection the other still waits on) before both have timed out."""
+
+    if ending not in ("barrier", "return", "join"):
+        raise ValueError(f"ending must be 'barrier', 'return' or 'join', got {ending!r}")
+    group = None
+    if ending == "barrier":
+        if isinstance(group_timeout, bool) or not isinstance(group_timeout, int | float) or group_timeout <= 0:
+            raise ValueError(f"group_timeout must be a number of seconds > 0, got {group_timeout!r}")
+        group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
+    model = DDP(make_model(), process_group=group)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = [make_batch(4, seed=10 * rank + i) for i in range(2 + rank)]
+    where = {"call": "backward (DDP's all-reduce)", "since": time.monotonic()}
 
     def train() -> None:
         for x, y in batches:
             optimizer.zero_grad()
-            nn.functional.mse_loss(model(x), y).backward()
+            loss = nn.functional.mse_loss(model(x), y)
+            where["since"] = time.monotonic()
+            loss.backward()
             optimizer.step()
 
     try:
@@ -683,9 +692,16 @@ def uneven_rank(rank: int, world_size: int, ending: str = "join") -> dict[str, A
         else:
             train()
             if ending == "barrier":
-                dist.barrier()
+                where.update(call="barrier", since=time.monotonic())
+                dist.barrier(group=group)
     except Exception as exc:  # noqa: BLE001 - the error is the result
-        return {"batches": len(batches), "outcome": describe_error(exc)}
+        waited = time.monotonic() - where["since"]
+        return {"batches": len(batches), "outcome": describe_error(exc), "waited in": where["call"], "seconds": waited}
+    finally:
+        if group is not None:
+            dist.barrier()  # the default group: nobody leaves before the other rank has timed out too
+            with contextlib.suppress(RuntimeError):
+                dist.destroy_process_group(group)
     return {"batches": len(batches), "outcome": "finished"}
 
 
@@ -698,24 +714,32 @@ def _outcomes(results: dict[int, dict[str, Any]], demo: str) -> dict[int, Any]:
 
 
 def uneven(
-    endings: Sequence[str] = ("join", "return"), world_size: int = 2, timeout: float = 30.0
+    endings: Sequence[str] = ("barrier", "join", "return"),
+    world_size: int = 2,
+    timeout: float = 60.0,
+    group_timeout: float = 3.0,
 ) -> dict[str, dict[int, dict[str, Any]]]:
     """The uneven-inputs job with each of `endings` in turn, in one launch; returns
-    `{ending: {rank: {"batches", "outcome", "failed"}}}`. See `uneven_rank`.
+    `{ending: {rank: {"batches", "outcome", "failed", ...}}}`. See `uneven_rank`; "barrier" rows also
+    say where each rank waited and for how many seconds before its group's `group_timeout` ended it.
 
     "return" breaks the group, so it must come last. A rank left alone in a collective either raises
     (connection closed or reset by peer) or is aborted by gloo (SIGABRT, seen about once in ten runs
-    on a loaded machine): "failed" is True in both cases, "outcome" says which it was. The "barrier"
-    ending hangs: see `uneven_hang`."""
+    on a loaded machine): "failed" is True in both cases, "outcome" says which it was."""
     if isinstance(endings, str):
         endings = [endings]
     for ending in endings:
-        if ending not in ("return", "join"):
-            raise ValueError(f"endings must be 'return' or 'join' (barrier: see uneven_hang), got {ending!r}")
+        if ending not in ("barrier", "return", "join"):
+            raise ValueError(f"endings must be 'barrier', 'return' or 'join', got {ending!r}")
     if not endings or "return" in endings[:-1]:
         raise ValueError("endings must be a non-empty list with 'return', if present, last: it breaks the group")
+    if isinstance(group_timeout, bool) or not isinstance(group_timeout, int | float) or group_timeout <= 0:
+        raise ValueError(f"group_timeout must be a number of seconds > 0, got {group_timeout!r}")
     names = [f"uneven_{ending}" for ending in endings]
-    demos = {name: functools.partial(uneven_rank, ending=ending) for name, ending in zip(names, endings, strict=True)}
+    demos = {
+        name: functools.partial(uneven_rank, ending=ending, group_timeout=group_timeout)
+        for name, ending in zip(names, endings, strict=True)
+    }
     results = launch(demos, world_size, timeout=timeout, failures="report")
     table: dict[str, dict[int, dict[str, Any]]] = {}
     for ending, name in zip(endings, names, strict=True):
@@ -725,39 +749,6 @@ def uneven(
                 row = {"batches": 2 + rank, "outcome": row}
             table[ending][rank] = {**row, "failed": row["outcome"] != "finished"}
     return table
-
-
-def uneven_hang(world_size: int = 2, tmpdir: str | None = None, timeout: float = 30.0) -> None:
-    """The "barrier" ending, with rank 0 running in this process and the others in child processes: run
-    it under `watchdog.run`, whose stack dump then shows where rank 0 really waits (`dist.barrier`
-    inside `uneven_rank`), not a launcher's join. Never returns unless something is wrong."""
-
-    world_size = positive_int("world_size", world_size)
-    if world_size < 2:
-        raise ValueError(f"world_size must be >= 2 for an uneven job, got {world_size}")
-    outdir = tempfile.mkdtemp(prefix="ddp-", dir=tmpdir)  # the watchdog kills us: the caller removes tmpdir
-    sock = listener()  # listening before the others start: they may connect first and wait
-    port = sock.getsockname()[1]
-    ctx = default_context()
-    demos = {"uneven_barrier": functools.partial(uneven_rank, ending="barrier")}
-    others = [
-        # sock too: a forked rank inherits it anyway, and rank_main closes it in every rank but 0
-        ctx.Process(target=rank_main, args=(r, world_size, demos, port, None, outdir), kwargs={"listen_socket": sock})
-        for r in range(1, world_size)
-    ]
-    try:
-        for proc in others:
-            proc.start()
-    except BaseException:
-        sock.close()
-        raise
-    torch.set_num_threads(1)
-    importlib.import_module("torch._dynamo")  # DDP(...) imports it (slow): do it while the others start up
-
-    init_group(0, world_size, port=port, timeout=timeout, listen_socket=sock)
-    uneven_rank(0, world_size, ending="barrier")  # hangs in dist.barrier()
-    for proc in others:
-        proc.join(timeout)
 
 
 def watch_hang(target: Callable[..., Any], reach: str, timeout: float = 6.0, attempts: int = 4, **kwargs: Any) -> Any:

@@ -146,32 +146,44 @@ def test_which_wins_uses_every_round():
         dd.which_wins("a", 1.0, "b", slow)
 
 
-def test_uneven_join_then_return():
-    table = dd.uneven(["join", "return"])
-    assert table["join"] == {
-        0: {"batches": 2, "outcome": "finished", "failed": False},
-        1: {"batches": 3, "outcome": "finished", "failed": False},
-    }
+def test_uneven_barrier_times_out_on_both_ranks_then_join_and_return():
+    table = dd.uneven(["barrier", "join", "return"], group_timeout=2.0)
+    for rank, where in ((0, "barrier"), (1, "backward (DDP's all-reduce)")):
+        row = table["barrier"][rank]
+        assert row["failed"] is True and row["waited in"] == where
+        assert "Timed out waiting 2000ms" in row["outcome"] and 2.0 <= row["seconds"] < 10.0
+    assert {rank: row["outcome"] for rank, row in table["join"].items()} == {0: "finished", 1: "finished"}
+    assert [row["batches"] for row in table["join"].values()] == [2, 3]
     returned = table["return"]
     assert returned[0]["outcome"] == "finished" and returned[1]["failed"] is True
     assert "by peer" in returned[1]["outcome"] or "SIGABRT" in returned[1]["outcome"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"endings": ["crash"]}, "ending"),
+        ({"endings": ["return", "join"]}, "last"),
+        ({"endings": []}, "non-empty"),
+        ({"group_timeout": 0}, "group_timeout"),
+        ({"group_timeout": True}, "group_timeout"),
+    ],
+)
+def test_uneven_refuses_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        dd.uneven(**kwargs)
+
+
+def test_uneven_rank_refuses_a_bad_ending_before_touching_a_group():
     with pytest.raises(ValueError, match="ending"):
-        dd.uneven(["crash"])
-    with pytest.raises(ValueError, match="last"):
-        dd.uneven(["return", "join"])
+        dd.uneven_rank(0, 2, ending="crash")
+    with pytest.raises(ValueError, match="group_timeout"):
+        dd.uneven_rank(0, 2, ending="barrier", group_timeout=-1)
 
 
-def test_uneven_hang_shows_the_rank_in_barrier_and_leaves_its_files_where_told(tmp_path):
-    outcome = dd.watch_hang(dd.uneven_hang, reach="barrier", tmpdir=str(tmp_path))
-    assert outcome.status == "hung"
-    names = [name.split(".")[-1] for name in outcome.stack]
-    assert names.index("uneven_hang") < names.index("uneven_rank") < names.index("barrier")
-    left = [p.name[:4] for p in tmp_path.iterdir()]  # the killed jobs' folders (one per attempt), not in /tmp
-    assert left and set(left) == {"ddp-"}
-    with pytest.raises(ValueError, match="world_size"):
-        dd.uneven_hang(1)
+def test_watch_hang_refuses_an_empty_reach():
     with pytest.raises(TypeError, match="reach"):
-        dd.watch_hang(dd.uneven_hang, reach="")
+        dd.watch_hang(dd.foreign_listener_client, reach="")
 
 
 def test_mismatch_detail_reports_on_every_rank():
