@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from helpers.diagnose import deaths, patterns
+from helpers.diagnose.patterns import Facts
+from helpers.diagnose.stacks import Ended, Frame, Proc, Thread
 
 SCRIPTS = Path(__file__).parent / "diagnose_scripts"
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,8 +146,8 @@ def test_missing_main_guard_from_stderr_and_churn() -> None:
 
 def test_a_pool_worker_killed_mid_task() -> None:
     done = diagnose("killed_pool_worker.py", timeout=3.0)
-    assert_cause(done, "a pool worker died in the middle of a task", "04_pool_vs_process, section 6")
-    assert "vanished during the run" in report(done)
+    assert_cause(done, "a pool worker died mid-task (killed by SIGKILL)", "04_pool_vs_process, section 6")
+    assert "as their parent reaped them" in report(done)
 
 
 def test_an_unknown_hang_is_reported_as_unknown_with_its_stacks() -> None:
@@ -189,7 +194,11 @@ def test_sigkill_is_explained_as_the_oom_killer() -> None:
 def test_a_worker_traceback_names_the_worker() -> None:
     done = diagnose("worker_error.py", timeout=60)
     assert done.returncode == 1
-    assert_cause(done, "a DataLoader worker raised", "01_dataloader_workers, section 8")
+    assert_cause(
+        done,
+        "DataLoader worker 0 raised KeyError: 3 in __getitem__ (worker_error.py:12)",
+        "01_dataloader_workers, section 8",
+    )
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
@@ -218,3 +227,164 @@ def test_a_full_dev_shm() -> None:
         pytest.skip(f"no private /dev/shm here: {done.stderr.strip()[:120]}")
     assert done.returncode == 1
     assert_cause(done, "a full /dev/shm", "06_deadlocks_and_pitfalls, section 7")
+
+
+# ---- the command's interpreter --------------------------------------------------------------------
+
+
+def _system_python_without_torch() -> str | None:
+    for candidate in ("/usr/bin/python3", "/bin/python3"):
+        if Path(candidate).exists() and Path(candidate).resolve() != Path(sys.executable).resolve():
+            probe = subprocess.run([candidate, "-c", "import torch"], capture_output=True, timeout=60)
+            if probe.returncode != 0:
+                return candidate
+    return None
+
+
+def test_a_python_on_path_without_torch_is_named_with_the_courses_interpreter(tmp_path: Path) -> None:
+    """`python -m helpers.diagnose -- python script.py` where the inner `python` is a system one."""
+    system = _system_python_without_torch()
+    if system is None:
+        pytest.skip("no system python without torch here")
+    (tmp_path / "python").symlink_to(system)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "helpers.diagnose",
+            "--timeout",
+            "30",
+            "--",
+            "python",
+            str(SCRIPTS / "imports_torch.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    text = report(done)
+    assert done.returncode == 1
+    assert "what happened: the command's interpreter cannot import torch" in text, text
+    assert sys.executable in text and "DataLoader" not in text and "num_workers" not in text, text
+
+
+# ---- rules on made-up evidence (no processes: fast) -----------------------------------------------
+
+
+def _proc(pid: int, frames: list[tuple[str, str, int]], *, ppid: int = 1, role: str = "", **kw) -> Proc:
+    """A process whose main thread has `frames` (name, file, line), innermost first; a file without
+    `.py` is native."""
+    thread = Thread("MainThread", kw.pop("idle", True), [Frame(n, f, ln, not f.endswith(".py")) for n, f, ln in frames])
+    proc = Proc(
+        pid,
+        ppid,
+        ["python", "x.py"],
+        "python",
+        "sleeping",
+        kw.pop("threads_count", 1),
+        {},
+        kw.pop("forked", True),
+        False,
+    )
+    proc.threads, proc.role = [thread], role or "child process (fork)"
+    for key, value in kw.items():
+        setattr(proc, key, value)
+    return proc
+
+
+def test_a_lock_in_a_child_forked_from_one_thread_is_not_a_lock_held_at_fork(tmp_path: Path) -> None:
+    script = tmp_path / "work.py"
+    script.write_text("import threading\nlock = threading.Lock()\ndef work():\n    with lock:\n        pass\n")
+    frames = [("PyThread_acquire_lock_timed", "libpython3.11.so", 0), ("work", str(script), 4)]
+    forked_alone = _proc(11, frames, threads_at_fork=1)
+    found = patterns.diagnose_hang(Facts([forked_alone], 10, "", {}))
+    assert found and found[0].cause.startswith("a lock that nobody will release"), found
+    assert not any("held at fork" in f.cause for f in found)
+    with_threads = _proc(11, frames, threads_at_fork=3)
+    assert patterns.diagnose_hang(Facts([with_threads], 10, "", {}))[0].cause.startswith("a lock held at fork")
+
+
+def test_ranks_in_different_collectives_are_named_one_by_one() -> None:
+    c10d = "/x/site-packages/torch/distributed/distributed_c10d.py"
+    rank0 = _proc(11, [("barrier", c10d, 1), ("run", "/u/train.py", 5)], rank=0, role="rank 0")
+    rank1 = _proc(12, [("all_reduce", c10d, 2), ("run", "/u/train.py", 7)], rank=1, role="rank 1")
+    cause = patterns.waiting_in_collective(Facts([rank0, rank1], 10, "", {})).cause
+    assert cause.startswith("ranks out of step: rank 0 in barrier(), rank 1 in all_reduce()"), cause
+
+
+def test_a_forked_child_in_another_librarys_thread_pool() -> None:
+    for native, name in [
+        ("rayon_core::latch::LockLatch::wait_and_reset", "tokenizers' Rust thread pool"),
+        ("blas_thread_server", "OpenBLAS's thread pool"),
+    ]:
+        child = _proc(11, [("syscall", "libc.so.6", 0), (native, "lib.so", 0), ("encode", "/u/x.py", 3)])
+        found = patterns.fork_after_thread_pool(Facts([child], 10, "", {}))
+        assert found is not None and name in found.cause, (native, found)
+        not_forked = _proc(11, [(native, "lib.so", 0)], forked=False)
+        assert patterns.fork_after_thread_pool(Facts([not_forked], 10, "", {})) is None
+
+
+def test_busy_is_slow_not_hung_and_idle_is_not() -> None:
+    busy = _proc(10, [("<module>", "/u/x.py", 3)], idle=False, forked=False, role="main process", cpu=0.97)
+    assert patterns.diagnose_hang(Facts([busy], 10, "", {}))[0].cause.startswith("probably slow, not hung")
+    idle = _proc(10, [("<module>", "/u/x.py", 3)], forked=False, role="main process", cpu=0.0)
+    assert patterns.diagnose_hang(Facts([idle], 10, "", {})) == []
+
+
+def test_a_pool_worker_reaped_with_an_exit_code_is_a_death_mid_task() -> None:
+    pool = "/py/lib/python3.11/multiprocessing/pool.py"
+    main = _proc(10, [("ApplyResult.get", pool, 768), ("Pool.map", pool, 367)], forked=False, role="main process")
+    worker = _proc(12, [("worker", pool, 114)], ppid=10, role="pool worker")
+    ended = {11: Ended(11, 10, 123, 0.0)}
+    found = patterns.killed_pool_worker(Facts([main, worker], 10, "", {}, ended=ended))
+    assert found is not None and found.cause.startswith("a pool worker died mid-task (exit code 123)"), found
+
+
+_SPAWN_ERROR = """Traceback (most recent call last):
+torch.multiprocessing.spawn.ProcessRaisedException:
+-- Process 1 terminated with the following error:
+Traceback (most recent call last):
+  File "/x/site-packages/torch/multiprocessing/spawn.py", line 87, in _wrap
+    fn(i, *args)
+  File "/u/train.py", line 16, in main_worker
+    dist.all_reduce(t)
+  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 3252, in all_reduce
+    work.wait()
+RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:31408
+"""
+
+
+@pytest.mark.parametrize("peer_exit", [0, None])
+def test_a_ranks_error_names_the_rank_and_a_peer_that_left_early(peer_exit: int | None) -> None:
+    ended = {21: Ended(21, 10, peer_exit, 0.0)} if peer_exit is not None else {}
+    found = deaths.diagnose_death(1, Facts([], 10, _SPAWN_ERROR, {}, ended=ended), {})
+    if peer_exit == 0:
+        assert found.cause.startswith("rank 1 failed in all_reduce() with gloo's"), found.cause
+        assert "Join" in found.fix
+    else:
+        assert found.cause.startswith("rank 1 raised RuntimeError"), found.cause
+        assert "in main_worker (train.py:16)" in found.cause
+    assert "main process (pid 10) exited" not in found.cause
+
+
+@pytest.mark.parametrize(
+    ("stderr", "cause"),
+    [
+        ("RuntimeError: received 0 items of ancdata\n", "too many open files"),
+        ("AttributeError: Can't pickle local object 'main.<locals>.f'\n", "a function that cannot be pickled"),
+        (
+            "RuntimeError:\n        An attempt has been made to start a new process before the\n        current "
+            "process has finished its bootstrapping phase.\nRuntimeError: DataLoader worker (pid(s) 5) exited "
+            "unexpectedly\n",
+            "a missing main guard: a spawn child of the DataLoader",
+        ),
+        ("RuntimeError: unable to write to file </torch_5_1_0>: No space left on device (28)\n", "a full /dev/shm"),
+    ],
+)
+def test_deaths_the_course_explains(stderr: str, cause: str) -> None:
+    found = deaths.diagnose_death(1, Facts([], 10, "Traceback (most recent call last):\n" + stderr, {}), {})
+    assert cause in found.cause, found.cause

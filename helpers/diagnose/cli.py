@@ -128,6 +128,8 @@ def _report(headline: str, procs: list[stacks.Proc], findings: list[Finding], sp
 def _take_stacks(run: tree.Tree, folder: Path, use_spy: bool) -> tuple[list[stacks.Proc], str]:
     """Every process's role and stacks, before anything is killed."""
     procs = stacks.describe([p for p in run.processes() if p.pid not in run.helpers])
+    stacks.sample_cpu(procs)
+    stacks.read_fork_notes(procs, folder)
     spy = stacks.py_spy_path() if use_spy else None
     note = ""
     if spy is None:
@@ -190,7 +192,9 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
         left = tree.settle(run_, shm_before)
         if code != 0:
             stacks.assign_roles(procs, run_.pid)
-            facts = Facts(procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free())
+            facts = Facts(
+                procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free(), stacks.ended(folder), list(command)
+            )
             finding = deaths.diagnose_death(code, facts, stacks.fatal_reports(folder))
             how = f"died of {deaths.signal_name(-code)}" if code < 0 else f"exited with code {code}"
             _say(
@@ -213,11 +217,14 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
             )
         return _exit_code(code)
     elapsed = time.monotonic() - run_.started
-    procs, spy_note = _take_stacks(run_, folder, use_spy)
-    facts = Facts(procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free())
-    findings = patterns.diagnose_hang(facts)
-    why = "interrupted (Ctrl-C)" if interrupted.is_set() else f"still running after {elapsed:.1f} s (--timeout)"
-    _say("\n".join(_report(f"`{shown}` {why}: {len(procs)} process(es)", procs, findings, spy_note)))
+    try:
+        procs, spy_note = _take_stacks(run_, folder, use_spy)
+        facts = Facts(procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free(), stacks.ended(folder), list(command))
+        findings = patterns.diagnose_hang(facts)
+        why = "interrupted (Ctrl-C)" if interrupted.is_set() else f"still running after {elapsed:.1f} s (--timeout)"
+        _say("\n".join(_report(f"`{shown}` {why}: {len(procs)} process(es)", procs, findings, spy_note)))
+    except Exception as exc:  # a bug of ours must not leave the command running
+        _say(f"\ndiagnose: internal error while reading the stacks ({type(exc).__name__}: {exc}); ending the command")
     killed = tree.end(run_, shm_before)
     left = tree.still_running(run_)
     _say(

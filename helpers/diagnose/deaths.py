@@ -1,16 +1,22 @@
 """Deaths: which process of the command died, how, and what that usually means.
 
 From the exit status of the main process, the faulthandler reports of processes that died of a fatal
-signal, and what torch and multiprocessing write on stderr when a worker or a rank dies.
+signal, how each reaped child ended (sitecustomize's notes), and what torch and multiprocessing write on
+stderr when a worker or a rank dies. The causes the course teaches come first (a missing main guard, the
+sharing strategy, pickling, /dev/shm, a rank that left early, the command's own interpreter); each names
+the process that failed (a rank, a worker), and the main process only for its own error.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import sys
+from collections.abc import Callable
 
-from helpers.diagnose.patterns import _CHILD_TRACEBACK, SECTIONS, Facts, Finding, full_shm
+from helpers.diagnose.patterns import _BOOTSTRAP, _CHILD_TRACEBACK, SECTIONS, Facts, Finding, api_seen, full_shm
 from helpers.errors import clean, error_line
 
 _SIGNALS = {
@@ -23,12 +29,24 @@ _SIGNALS = {
     "SIGTERM": "asked to stop (a launcher, a scheduler's time limit, or torch ending the other ranks)",
     "SIGINT": "interrupted (Ctrl-C)",
 }
+_FATAL = {"SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT"}  # a child ended by SIGTERM was usually ended by its parent
 _SIGNAL_SECTION = {"SIGBUS": SECTIONS["shm"], "SIGSEGV": SECTIONS["grow"]}
 _WORKER_DIED = re.compile(
     r"DataLoader worker \(pid\(s\)? ?([\d, ]+)\) (?:exited unexpectedly|is killed by signal: ([^.\n]+))"
 )
 _SPAWN_DIED = re.compile(r"process (\d+) terminated with (signal \w+|exit code \d+)")
+_SPAWN_RAISED = re.compile(r"-- Process (\d+) terminated with the following error:")
 _TORCHRUN_FAILED = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)\s*\(pid: (\d+)\)", re.DOTALL)
+_CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+_OPEN_FILES = ("Too many open files", "received 0 items of ancdata")
+_PICKLE = re.compile(
+    r"Can't pickle local object '([^']+)'|Can't pickle <function ([^ >]+)|Can't get local object '([^']+)'"
+    r"|PicklingError: Can't pickle ([^:\n]+)"
+)
+_PEER = re.compile(r"Connection (?:closed|reset) by peer")
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:", re.MULTILINE)
 
 
 def signal_name(number: int) -> str:
@@ -38,12 +56,47 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
-    """Which process died, how, and what that usually means."""
-    main = facts.by_pid.get(facts.main_pid)
-    who = f"the main process (pid {facts.main_pid})"
-    text = facts.stderr
-    evidence: list[str] = []
+def _how(code: int) -> str:
+    return f"{signal_name(-code)}" if code < 0 else f"exit code {code}"
+
+
+def _library(path: str) -> bool:
+    parts = path.split("/")
+    return "site-packages" in parts or "dist-packages" in parts or any(re.fullmatch(r"python3\.\d+", p) for p in parts)
+
+
+def _user_frame(text: str) -> str:
+    """`name (file:line)` of the innermost frame of the user's own code in a traceback, or ''."""
+    frames = [(f, ln, n) for f, ln, n in _FILE_LINE.findall(text) if not _library(f) and not f.startswith("<")]
+    if not frames:
+        return ""
+    file, line, name = frames[-1]
+    return f"{name} ({os.path.basename(file)}:{line})"
+
+
+def _rank_error(text: str) -> tuple[int, str, str] | None:
+    """(rank, its error line, its innermost frame of the user's code) of the first rank whose traceback
+    torch.multiprocessing.spawn re-raised, or a torchrun rank's `[rankN]:` traceback."""
+    raised = _SPAWN_RAISED.search(text)
+    if raised:
+        part = text[raised.end() :]
+        return int(raised.group(1)), error_line(part, pick="last"), _user_frame(part)
+    lines = [m for m in _RANK_PREFIX.finditer(text)]
+    if lines:
+        rank = int(lines[0].group(1))
+        own = "\n".join(line.split(":", 1)[1] for line in text.splitlines() if line.startswith(f"[rank{rank}]:"))
+        error = error_line(own)
+        if error:
+            return rank, error, _user_frame(own)
+    return None
+
+
+def _who(facts: Facts) -> str:
+    return f"the main process (pid {facts.main_pid})"
+
+
+def _fatal_evidence(facts: Facts, fatal: dict[int, str]) -> list[str]:
+    evidence = []
     for pid, report in fatal.items():
         role = (
             facts.by_pid[pid].role if pid in facts.by_pid else ("main process" if pid == facts.main_pid else "a child")
@@ -52,10 +105,194 @@ def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
         frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', report)
         where = " <- ".join(f"{n} ({os.path.basename(f)}:{ln})" for f, ln, n in frames[:3])
         evidence.append(f"pid {pid} ({role}): {first}" + (f" in {where}" if where else ""))
-    error = error_line(text)
-    worker = _WORKER_DIED.search(text)
-    spawned = _SPAWN_DIED.search(text)
-    ranked = _TORCHRUN_FAILED.search(text)
+    return evidence
+
+
+# ---- causes the course teaches --------------------------------------------------------------------
+
+
+def wrong_interpreter(code: int, facts: Facts) -> Finding | None:
+    """The command's Python cannot import a module the script needs (a system `python` without torch)."""
+    missing = _NO_MODULE.search(facts.stderr)
+    if missing is None or not facts.command:
+        return None
+    module = missing.group(1)
+    program = facts.command[0]
+    found = shutil.which(program) if os.sep not in program else program
+    ours = os.path.realpath(sys.executable)
+    interpreter = os.path.realpath(found) if found else program
+    evidence = [f"stderr: {clean(missing.group(0))}", f"the command runs {program!r}, which is {found or '?'}"]
+    interpreter_name = interpreter if os.path.basename(program).startswith("python") else program
+    if os.path.basename(program).startswith("python") and interpreter != ours:
+        return Finding(
+            f"the command's interpreter cannot import {module}: `{program}` is {found or program}, not the "
+            f"course's interpreter ({sys.executable})",
+            evidence,
+            f"Run the script with the course's interpreter: {sys.executable} -m helpers.diagnose -- "
+            f"{sys.executable} {' '.join(facts.command[1:])}".rstrip()
+            + " (or activate the environment first, so that `python` is that one).",
+            SECTIONS["kit"],
+            3,
+        )
+    return Finding(
+        f"{_who(facts)} exited with code {code}: {interpreter_name} cannot import {module}",
+        evidence,
+        f"Install {module.split('.')[0]} into the environment that runs the script, or fix the import's name; the "
+        f"course's interpreter is {sys.executable}.",
+        SECTIONS["kit"],
+        3,
+    )
+
+
+def missing_guard_death(code: int, facts: Facts) -> Finding | None:
+    count = facts.stderr.count(_BOOTSTRAP)
+    if not count:
+        return None
+    api = api_seen(facts)
+    worker = _WORKER_DIED.search(facts.stderr)
+    evidence = [
+        f'stderr: {count} time(s) "RuntimeError: An attempt has been made to start a new process before the '
+        'current process has finished its bootstrapping phase" (from a child)'
+    ]
+    if worker:
+        evidence.append(f"stderr: {clean(worker.group(0))}")
+    return Finding(
+        f"a missing main guard: a spawn child of the {api} imported the script, whose top level starts the {api} "
+        "again before the child has finished bootstrapping; the child died of that RuntimeError"
+        + (f', and the {api} stopped with "worker exited unexpectedly"' if worker else "")
+        + f"; then {_who(facts)} exited with code {code}",
+        evidence,
+        'Put everything that starts processes under `if __name__ == "__main__":` and keep only definitions at the '
+        "top level of the script (spawn is the default on macOS and Windows, forkserver on Linux from 3.14).",
+        SECTIONS["guard"],
+        3,
+    )
+
+
+def open_files(code: int, facts: Facts) -> Finding | None:
+    lines = [line.strip() for line in facts.stderr.splitlines() if any(k in line for k in _OPEN_FILES)]
+    if not lines:
+        return None
+    return Finding(
+        "too many open files: under the file_descriptor sharing strategy every shared tensor a worker sends "
+        "keeps one file descriptor open while it lives, and the process reached its open-file limit; then "
+        f"{_who(facts)} exited with code {code}",
+        [f"stderr: {clean(lines[-1])[:200]}"],
+        "Keep plain numbers instead of the tensors (.item(), .tolist(), or .clone() before storing), raise the limit "
+        '(`ulimit -n`), or call torch.multiprocessing.set_sharing_strategy("file_system") (it leaks /dev/shm files '
+        "if a process is killed).",
+        SECTIONS["strategy"],
+        3,
+    )
+
+
+def unpicklable(code: int, facts: Facts) -> Finding | None:
+    matches = list(_PICKLE.finditer(facts.stderr))
+    if not matches:
+        return None
+    match = matches[-1]
+    name = next(g for g in match.groups() if g)
+    api = api_seen(facts)
+    return Finding(
+        f"a function that cannot be pickled: {name} is a lambda or is defined inside another function, and the "
+        f"{api} sends what its workers run by pickle (by module and name); then {_who(facts)} exited with code "
+        f"{code}",
+        [f"stderr: {clean(match.group(0))}"],
+        "Define the function at module level (importable by name), or use functools.partial of a module-level "
+        "function instead of a lambda or a closure.",
+        SECTIONS["pickle"],
+        3,
+    )
+
+
+def peer_left(code: int, facts: Facts) -> Finding | None:
+    """gloo's "Connection closed by peer" on a rank whose peer had exited normally (code 0)."""
+    if not _PEER.search(facts.stderr) or "gloo" not in facts.stderr:
+        return None
+    failed = _rank_error(facts.stderr)
+    normal = sorted((e for e in facts.ended.values() if e.code == 0 and e.parent == facts.main_pid), key=lambda e: e.at)
+    if failed is None or not normal:
+        return None
+    rank, error, frame = failed
+    op = next(
+        (n for f, _, n in reversed(_FILE_LINE.findall(facts.stderr)) if f.endswith("distributed_c10d.py")),
+        "a collective",
+    )
+    return Finding(
+        f'rank {rank} failed in {op}() with gloo\'s "Connection closed by peer" after another rank had exited '
+        "normally (exit code 0): the ranks were out of step (uneven inputs: one ran out of batches and left while "
+        f"rank {rank} still called a collective)",
+        [
+            f"rank {rank}: {error[:160]}" + (f" in {frame}" if frame else ""),
+            "ended normally before it: " + ", ".join(f"pid {e.pid} (exit code 0)" for e in normal),
+        ],
+        "Give every rank the same number of steps (DistributedSampler pads; drop_last=True), or wrap the loop in "
+        "torch.distributed.algorithms.Join (with DDP) so that a rank that runs out keeps answering the others.",
+        SECTIONS["ranks"],
+        3,
+    )
+
+
+def rank_raised(code: int, facts: Facts) -> Finding | None:
+    failed = _rank_error(facts.stderr)
+    if failed is None:
+        return None
+    rank, error, frame = failed
+    launcher = "torch.multiprocessing.spawn" if _SPAWN_RAISED.search(facts.stderr) else "the job"
+    return Finding(
+        f"rank {rank} raised {error or 'an error'}"
+        + (f" in {frame}" if frame else "")
+        + f"; {launcher} ended the other rank(s) and {_who(facts)} re-raised it (exit code {code})",
+        [f"stderr: rank {rank}'s traceback: {error[:200]}"],
+        "Read that rank's traceback above (innermost frame last); run the function alone with nprocs=1 (or one "
+        "rank) to debug it.",
+        SECTIONS["spawn"],
+        3,
+    )
+
+
+def worker_killed(code: int, facts: Facts) -> Finding | None:
+    """A child of the main process ended by a fatal signal (SIGKILL, SIGSEGV, SIGBUS), as its parent reaped it."""
+    killed = sorted(
+        (e for e in facts.ended.values() if e.code < 0 and signal_name(-e.code) in _FATAL),
+        key=lambda e: e.at,
+    )
+    if not killed:
+        return None
+    first = killed[0]
+    name = signal_name(-first.code)
+    api = api_seen(facts)
+    role = {"DataLoader": "DataLoader worker", "Pool": "pool worker", "ProcessPoolExecutor": "executor worker"}.get(
+        api, "child process"
+    )
+    error = error_line(facts.stderr)
+    return Finding(
+        f"a {role} (pid {first.pid}) was killed by {name}: {_SIGNALS[name]}; then {_who(facts)} exited with code "
+        f"{code}" + (f" ({error})" if error else ""),
+        [f"pid {first.pid} ended with {name}, as its parent (pid {first.parent}) reaped it"]
+        + ([f"stderr, its last line: {error}"] if error else []),
+        "If it was the out-of-memory killer: fewer workers, smaller batches or prefetch_factor; a SIGBUS: more room "
+        "in /dev/shm; a SIGSEGV: the faulthandler stack above, or run with num_workers=0.",
+        _SIGNAL_SECTION.get(name, SECTIONS["dead"] if role != "DataLoader worker" else SECTIONS["worker"]),
+        3,
+    )
+
+
+_TAUGHT: tuple[Callable[[int, Facts], Finding | None], ...] = (
+    wrong_interpreter,
+    missing_guard_death,
+    open_files,
+    unpicklable,
+    peer_left,
+)
+
+
+def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
+    """Which process died, how, and what that usually means."""
+    main = facts.by_pid.get(facts.main_pid)
+    who = _who(facts)
+    text = facts.stderr
+    evidence = _fatal_evidence(facts, fatal)
     if code < 0:
         name = signal_name(-code)
         return Finding(
@@ -66,6 +303,25 @@ def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
             _SIGNAL_SECTION.get(name, SECTIONS["kit"]),
             3,
         )
+    for rule in _TAUGHT:
+        finding = rule(code, facts)
+        if finding is not None:
+            finding.evidence = evidence + finding.evidence
+            return finding
+    shm = full_shm(facts)
+    if shm is not None and shm.score == 3:
+        shm.cause = f"{who} exited with code {code}: {shm.cause}"
+        shm.evidence = evidence + shm.evidence
+        return shm
+    for rule in (rank_raised, worker_killed):
+        finding = rule(code, facts)
+        if finding is not None:
+            finding.evidence = evidence + finding.evidence
+            return finding
+    error = error_line(text)
+    worker = _WORKER_DIED.search(text)
+    spawned = _SPAWN_DIED.search(text)
+    ranked = _TORCHRUN_FAILED.search(text)
     if worker:
         how = f"was killed by signal {worker.group(2)}" if worker.group(2) else "exited unexpectedly"
         sig = {"Killed": "SIGKILL", "Bus error": "SIGBUS", "Segmentation fault": "SIGSEGV"}.get(worker.group(2) or "")
@@ -105,16 +361,16 @@ def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
             SECTIONS["ranks"],
             3,
         )
-    shm = full_shm(facts)
-    if shm is not None and shm.score == 3:
-        shm.cause = f"{who} exited with code {code}: {shm.cause}"
-        return shm
-    caught = re.search(r"Caught \w+ in DataLoader worker process \d+", text)
+    caught = _CAUGHT.search(text)
     if caught:
-        evidence += [f"stderr: {caught.group(0)}", f"stderr, its last line: {error}"]
+        original = text[caught.end() :]
+        raised = error_line(original) or error
+        frame = _user_frame(original)
+        evidence += [f"stderr: {caught.group(0)}", f"stderr, the worker's error: {raised}"]
         return Finding(
-            f"a DataLoader worker raised, and {who} exited with code {code}: the worker's own traceback "
-            "is in the message above",
+            f"DataLoader worker {caught.group(2)} raised {raised}"
+            + (f" in {frame}" if frame else "")
+            + f"; the DataLoader re-raised it in {who}, which exited with code {code}",
             evidence,
             "Fix the bug in your dataset's __getitem__ (or collate_fn); rerun with num_workers=0 to get a "
             "plain traceback with the real frame on top.",
@@ -126,8 +382,11 @@ def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
         evidence.append(f"stderr: {tracebacks} child process traceback(s)")
     if error:
         evidence.append(f"stderr: {error}")
+    frame = _user_frame(text)
     return Finding(
-        f"{who} exited with code {code}" + (f": {error}" if error else " without an error message"),
+        f"{who} exited with code {code}"
+        + (f": {error}" if error else " without an error message")
+        + (f" in {frame}" if frame and error else ""),
         evidence or [f"{main.label() if main else who}: no traceback on stderr"],
         "Read the traceback above, innermost frame last; in a worker, rerun with num_workers=0 or nprocs=1 "
         "to get it in the main process.",

@@ -8,10 +8,12 @@ reported as unknown with its stacks, never forced into a pattern.
 from __future__ import annotations
 
 import linecache
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from helpers.diagnose.stacks import Frame, Proc
+from helpers.diagnose.stacks import Ended, Frame, Proc, Thread
 from helpers.diagnose.tree import Seen
 from helpers.errors import clean, error_line
 
@@ -30,6 +32,9 @@ SECTIONS = {
     "spawn": '04_pool_vs_process, section 5 "`torch.multiprocessing.spawn` and errors"',
     "dead": '04_pool_vs_process, section 6 "When a worker dies"',
     "grow": '02_shared_tensors, section 3 "`share_memory_()`, `.grad`, and tensors that must not grow"',
+    "strategy": '02_shared_tensors, section 4 "Sharing strategies and "Too many open files""',
+    "pickle": '04_pool_vs_process, section 3 "Per-task overhead: `chunksize`" (what cannot be pickled), and '
+    '00_orientation, section 4 "Worker functions must be importable"',
 }
 
 
@@ -51,6 +56,8 @@ class Facts:
     stderr: str
     seen: dict[int, Seen]
     shm_free: float | None = None  # fraction of /dev/shm free, None where there is none
+    ended: dict[int, Ended] = field(default_factory=dict)  # children reaped during the run, and how they ended
+    command: list[str] = field(default_factory=list)  # the command as typed
     by_pid: dict[int, Proc] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -93,7 +100,58 @@ def _from_frame(proc: Proc, frame: Frame) -> list[Frame]:
     return [frame]
 
 
+def _is_library(path: str) -> bool:
+    """A file of Python itself or of an installed package (not the user's own code)."""
+    parts = Path(path).parts
+    return "site-packages" in parts or "dist-packages" in parts or any(re.fullmatch(r"python3\.\d+", p) for p in parts)
+
+
+def user_frame(proc: Proc, thread: Thread | None = None) -> Frame | None:
+    """The innermost frame of the user's own code in the main thread (or `thread`): the line to look at
+    when the inner frames are C or a library's."""
+    thread = thread or proc.main_thread()
+    if thread is None:
+        return None
+    return next((f for f in thread.python_frames() if f.file and not _is_library(f.file)), None)
+
+
+def _user_line(proc: Proc, thread: Thread | None = None) -> str:
+    """`[your code: name (file:line): source]`, or '' where the stack has no frame of the user's."""
+    frame = user_frame(proc, thread)
+    if frame is None:
+        return ""
+    source = _source(frame)
+    return f"   [your code: {frame.short()}" + (f": {source}" if source else "") + "]"
+
+
 # ---- hangs ----------------------------------------------------------------------------------------
+
+
+_POOLS = (
+    # (name, how its native frames are recognised, the fix in a forked child)
+    (
+        "tokenizers' Rust thread pool (rayon)",
+        ("rayon_core", "rayon::", "tokenizers.abi3"),
+        "leave TOKENIZERS_PARALLELISM unset or set it to false (tokenizers then turns its pool off in a forked "
+        "child), do no batch encode in the parent before the fork, or start the workers with spawn",
+    ),
+    (
+        "OpenBLAS's thread pool",
+        ("openblas", "blas_thread_server", "exec_blas"),
+        "limit the pool to one thread in the child (threadpoolctl.threadpool_limits(1), or OPENBLAS_NUM_THREADS=1 "
+        "before numpy is imported), or start the workers with spawn",
+    ),
+    (
+        "MKL's thread pool",
+        ("libmkl", "mkl_serv", "libiomp"),
+        "limit the pool to one thread in the child (threadpoolctl.threadpool_limits(1), or MKL_NUM_THREADS=1), or "
+        "start the workers with spawn",
+    ),
+)
+
+
+def _pool_frames(thread: Thread, marks: tuple[str, ...]) -> list[Frame]:
+    return [f for f in thread.frames if f.native and any(m in f.file or m in f.name for m in marks)]
 
 
 def fork_after_openmp(facts: Facts) -> Finding | None:
@@ -105,7 +163,7 @@ def fork_after_openmp(facts: Facts) -> Finding | None:
         if gomp and thread.idle is not False:
             python = thread.python_frames()
             evidence = [
-                _stack_line(proc, gomp[:2] + python[:2]),
+                _stack_line(proc, gomp[:2] + python[:2]) + _user_line(proc),
                 f"{proc.label()} is {'a forked child' if proc.forked else 'started by exec'} "
                 f"with {proc.threads_count} thread(s), idle in GNU OpenMP's thread barrier",
             ]
@@ -132,33 +190,190 @@ def fork_after_openmp(facts: Facts) -> Finding | None:
     return None
 
 
+def fork_after_thread_pool(facts: Facts) -> Finding | None:
+    """A forked child idle in another library's native thread pool (not GNU OpenMP's): the pool's
+    bookkeeping was copied by fork, its threads were not."""
+    for proc in facts.procs:
+        thread = proc.main_thread()
+        if thread is None or not proc.forked or thread.idle is False:
+            continue
+        for name, marks, fix in _POOLS:
+            frames = _pool_frames(thread, marks)
+            if not frames:
+                continue
+            env = ""
+            if name.startswith("tokenizers"):
+                value = _environ_value(proc.pid, "TOKENIZERS_PARALLELISM")
+                env = f"; TOKENIZERS_PARALLELISM={value!r} in its environment" if value is not None else ""
+            return Finding(
+                f"fork after a thread pool: a forked child waits in {name} for threads that fork did not copy",
+                [
+                    _stack_line(proc, frames[:2] + thread.python_frames()[:2]) + _user_line(proc),
+                    f"{proc.label()} is a forked child with {proc.threads_count} thread(s), idle in {name}{env}",
+                ],
+                fix[0].upper() + fix[1:] + ".",
+                SECTIONS["fork"],
+                3,
+            )
+    return None
+
+
+def _environ_value(pid: int, name: str) -> str | None:
+    """One variable of a process's starting environment (None where unset or unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    for item in raw.split(b"\0"):
+        key, _, value = item.decode(errors="replace").partition("=")
+        if key == name:
+            return value
+    return None
+
+
 _LOCK_NATIVE = ("PyThread_acquire_lock", "acquire_timed", "lock_PyThread_acquire_lock")
+
+
+_LOCK_EXPR = re.compile(r"\bwith\s+([\w.]+)\s*:|([\w.]+)\.acquire\(")
+
+
+def _lock_wait(proc: Proc) -> tuple[Frame, str, bool] | None:
+    """(the Python frame, its source line, native proof) where the main thread waits for a threading
+    lock, or None. A multiprocessing lock is left out: another process can release it."""
+    thread = proc.main_thread()
+    if thread is None:
+        return None
+    python = thread.python_frames()
+    if not python or "multiprocessing/synchronize.py" in python[0].file:
+        return None
+    native = any(f.native and f.name.startswith(_LOCK_NATIVE) for f in thread.frames)
+    line = _source(python[0])
+    if native or _LOCK_EXPR.search(line) and re.search(r"lock|Lock", line):
+        return python[0], line, native
+    return None
+
+
+def _enclosing_with(frame: Frame) -> str:
+    """The source of the `with X:` / `X.acquire()` lines that enclose the frame's current line in its own
+    function (read backwards to its `def`), joined: what this frame holds while it calls further in."""
+    if not frame.file or frame.line <= 0:
+        return ""
+    current = linecache.getline(frame.file, frame.line)
+    indent = len(current) - len(current.lstrip())
+    found = []
+    for number in range(frame.line - 1, max(0, frame.line - 200), -1):
+        text = linecache.getline(frame.file, number)
+        if not text.strip():
+            continue
+        depth = len(text) - len(text.lstrip())
+        if depth < indent:
+            if _LOCK_EXPR.search(text):
+                found.append(text.strip())
+            if text.lstrip().startswith(("def ", "async def ")):
+                break
+            indent = depth
+    return "\n".join(found)
+
+
+def _taken_before(proc: Proc, frame: Frame, line: str) -> tuple[Frame, str, bool] | None:
+    """An outer frame of the same thread inside a `with` of the same lock expression (`with self.lock:`
+    taken twice), its line, and whether py-spy's locals prove it is the same object."""
+    match = _LOCK_EXPR.search(line)
+    if not match:
+        return None
+    expr = match.group(1) or match.group(2)
+    thread = proc.main_thread()
+    python = thread.python_frames() if thread else []
+    for outer in python[python.index(frame) + 1 :] if frame in python else []:
+        for held in _enclosing_with(outer).splitlines():
+            again = _LOCK_EXPR.search(held)
+            if again and (again.group(1) or again.group(2)) == expr:
+                head = expr.split(".")[0]
+                same = bool(frame.locals.get(head)) and frame.locals.get(head) == outer.locals.get(head)
+                return outer, held, same
+    return None
+
+
+def lock_taken_twice(facts: Facts) -> Finding | None:
+    """A thread that waits for a lock it already holds itself: a threading.Lock is not re-entrant."""
+    for proc in facts.procs:
+        found = _lock_wait(proc)
+        if found is None:
+            continue
+        frame, line, native = found
+        before = _taken_before(proc, frame, line)
+        if before is None:
+            continue
+        outer, held, same = before
+        return Finding(
+            f"a lock taken twice{'' if same else ' (probably)'}: {proc.label()} waits for a lock that its own "
+            f"thread already holds, taken in {outer.short()}; a threading.Lock is not re-entrant, so nobody will "
+            "release it",
+            [
+                _stack_line(proc) + f"   [{line}]",
+                f"{outer.short()}: {_source(outer)}, inside `{held}`   [the same lock, taken further out in the "
+                "same thread" + (", the same object (py-spy's locals)]" if same else "]"),
+            ],
+            "Do not take the lock again in a function called while it is held (split out an unlocked helper), or "
+            "use threading.RLock, which the same thread may take again.",
+            SECTIONS["fork"],
+            3 if same or native else 2,
+        )
+    return None
 
 
 def lock_held_at_fork(facts: Facts) -> Finding | None:
     for proc in facts.procs:
-        thread = proc.main_thread()
-        if thread is None or not proc.forked or proc.threads_count != 1:
+        if not proc.forked or proc.threads_count != 1:
             continue
-        python = thread.python_frames()
-        if not python or "multiprocessing/synchronize.py" in python[0].file:
-            continue  # a multiprocessing lock can be released by another process
-        native = any(f.native and f.name.startswith(_LOCK_NATIVE) for f in thread.frames)
-        line = _source(python[0])
-        textual = bool(re.search(r"\bwith\b.*(lock|Lock)|\.acquire\(", line))
-        if native or textual:
-            return Finding(
-                "a lock held at fork: a forked child waits for a threading lock that another thread of its parent "
-                "held when it forked; that thread was not copied, so nobody can release it",
-                [
-                    _stack_line(proc) + (f"   [{line}]" if line else ""),
-                    f"{proc.label()} has 1 thread: no thread of its own can release the lock",
-                ],
-                "Start processes before starting threads, or use spawn or forkserver for anything that has "
-                "threads; never take a lock in a forked child that threads of the parent use.",
-                SECTIONS["fork"],
-                3 if native else 2,
-            )
+        found = _lock_wait(proc)
+        if found is None or proc.threads_at_fork == 1:
+            continue  # with one thread at the fork, no other thread can have held the lock
+        frame, line, native = found
+        if _taken_before(proc, frame, line) is not None:
+            continue  # lock_taken_twice
+        threads = (
+            f"its parent had {proc.threads_at_fork} threads when it forked"
+            if proc.threads_at_fork
+            else "how many threads its parent had at the fork is not known"
+        )
+        return Finding(
+            "a lock held at fork: a forked child waits for a threading lock that another thread of its parent "
+            "held when it forked; that thread was not copied, so nobody can release it",
+            [
+                _stack_line(proc) + (f"   [{line}]" if line else ""),
+                f"{proc.label()} has 1 thread: no thread of its own can release the lock; {threads}",
+            ],
+            "Start processes before starting threads, or use spawn or forkserver for anything that has "
+            "threads; never take a lock in a forked child that threads of the parent use.",
+            SECTIONS["fork"],
+            (3 if native else 2) if proc.threads_at_fork else (2 if native else 1),
+        )
+    return None
+
+
+def lock_never_released(facts: Facts) -> Finding | None:
+    """A process waiting for a threading lock when neither rule above explains who holds it."""
+    for proc in facts.procs:
+        found = _lock_wait(proc)
+        if found is None or not found[2]:
+            continue
+        frame, line, _ = found
+        if proc.threads_count != 1:
+            continue  # another thread of its own may still release it
+        why = (
+            "it was forked from a single thread, so no thread of its parent held the lock at the fork"
+            if proc.forked and proc.threads_at_fork == 1
+            else "it has no other thread that could release it"
+        )
+        return Finding(
+            f"a lock that nobody will release: {proc.label()} waits for a threading lock, and {why}",
+            [_stack_line(proc) + (f"   [{line}]" if line else "") + _user_line(proc)],
+            "Find where that lock was taken and not released (an early return or an exception without `with`, "
+            "or a lock taken twice: a Lock is not re-entrant, an RLock is).",
+            SECTIONS["fork"],
+            2,
+        )
     return None
 
 
@@ -290,9 +505,15 @@ def missing_main_guard(facts: Facts) -> Finding | None:
     if main is not None:
         evidence.insert(0, _stack_line(main))
     if count:
+        api = api_seen(facts)
+        then = {
+            "Pool": "the Pool replaces them forever",
+            "ProcessPoolExecutor": "the ProcessPoolExecutor breaks",
+            "DataLoader": 'the DataLoader stops with "worker exited unexpectedly"',
+        }.get(api, f"the {api} dies")
         return Finding(
-            "a missing main guard: each spawn child imports the script and runs its top level again, which starts "
-            "processes again; the children die with the bootstrapping error and a Pool replaces them forever",
+            f"a missing main guard: each spawn child imports the script and runs its top level again, which starts "
+            f"processes again ({api}); the children die with the bootstrapping error and {then}",
             evidence,
             'Put everything that starts processes under `if __name__ == "__main__":` and keep only definitions '
             "at the top level of the script.",
@@ -309,36 +530,90 @@ def missing_main_guard(facts: Facts) -> Finding | None:
     )
 
 
+def api_seen(facts: Facts) -> str:
+    """Which API started the processes: DataLoader, Pool, ProcessPoolExecutor, or a Process."""
+    text = facts.stderr
+    frames = [f for p in facts.procs for f in p.all_frames()]
+    if "DataLoader worker" in text or "torch/utils/data" in text or any("torch/utils/data/" in f.file for f in frames):
+        return "DataLoader"
+    if "concurrent/futures/process.py" in text or any("concurrent/futures/process.py" in f.file for f in frames):
+        return "ProcessPoolExecutor"
+    if "multiprocessing/pool.py" in text or any("multiprocessing/pool.py" in f.file for f in frames):
+        return "Pool"
+    return "Process"
+
+
 _POOL_WAITS = ("map", "starmap", "get", "wait", "next", "__next__")
 
 
+def _how_ended(code: int) -> str:
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 def killed_pool_worker(facts: Facts) -> Finding | None:
-    """The main process waits on a Pool, a worker of that pool vanished during the run, and live pool
-    workers (the replacements) idle: a task died with its worker, and its result never comes."""
+    """The main process waits on a Pool, and one of its workers ended during the run while the pool lives:
+    a task died with its worker, and its result never comes. The evidence: the parent reaped it (its exit
+    code, from sitecustomize's note), diagnose saw it vanish, or a live worker started well after its
+    siblings (a replacement)."""
     main = facts.by_pid.get(facts.main_pid)
     if main is None or facts.stderr.count(_BOOTSTRAP) or _NOTEBOOK.search(facts.stderr):
         return None  # workers that die at start-up: missing_main_guard explains those
     waiting = _frames(main, *_POOL_WAITS, file="multiprocessing/pool.py")
     workers = [p for p in facts.children(facts.main_pid) if p.role == "pool worker"]
     parents = {facts.main_pid} | {p.pid for p in facts.procs if p.role == "forkserver"}
-    vanished = [s for s in _churn(facts) if s.ppid in parents]
-    if not waiting or not workers or not vanished:
+    if not waiting or not workers:
         return None
-    return Finding(
-        "a pool worker died in the middle of a task (killed, e.g. by the out-of-memory killer's SIGKILL, or "
-        "crashed): the Pool started a new worker, but the lost task's result never arrives, so the wait never ends",
-        [
-            _stack_line(main, _from_frame(main, waiting[0])),
+    alive = {p.pid for p in facts.procs}
+    reaped = [e for e in facts.ended.values() if e.parent in parents and e.pid not in alive]
+    vanished = [s for s in _churn(facts) if s.ppid in parents and s.pid not in facts.ended]
+    firsts = sorted(facts.seen[w.pid].first for w in workers if w.pid in facts.seen)
+    earliest = (
+        [w.pid for w in workers if w.pid in facts.seen and facts.seen[w.pid].first == firsts[0]] if firsts else []
+    )
+    late = [
+        w
+        for w in workers
+        if w.pid in facts.seen and facts.seen[w.pid].first - firsts[0] > 0.5 and all(w.pid > e for e in earliest)
+    ]
+    if not reaped and not vanished and not late:
+        return None
+    evidence = [_stack_line(main, _from_frame(main, waiting[0])) + _user_line(main)]
+    if reaped:
+        evidence.append(
+            "worker(s) that ended during the run, as their parent reaped them: "
+            + ", ".join(f"pid {e.pid} ({_how_ended(e.code)})" for e in reaped)
+        )
+    if vanished:
+        evidence.append(
             f"{len(vanished)} worker process(es) vanished during the run (pid "
             + ", ".join(str(s.pid) for s in vanished)
-            + f"); {len(workers)} pool worker(s) alive now: "
-            + ", ".join(p.label() for p in workers),
-        ],
-        'Find out why it died (an exit code of -9 is SIGKILL; as root, `dmesg` shows "Out of memory: Killed '
-        'process" for the OOM killer). Bound the wait with map_async(...).get(timeout=...), or use '
-        "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool instead of waiting.",
+            + ")"
+        )
+    if late and not reaped and not vanished:
+        evidence.append(
+            "pool worker(s) started after their siblings, i.e. replacements for a worker that ended: "
+            + ", ".join(w.label() for w in late)
+        )
+    evidence.append(f"{len(workers)} pool worker(s) alive now: " + ", ".join(p.label() for p in workers))
+    codes = [e.code for e in reaped]
+    how = f" ({', '.join(sorted({_how_ended(c) for c in codes}))})" if codes else ""
+    return Finding(
+        f"a pool worker died mid-task{how}: its task is lost, so the Pool's wait never ends (the Pool starts a "
+        "replacement but does not run the task again); ProcessPoolExecutor fails fast instead",
+        evidence,
+        "Find out why it died: an exit code is sys.exit/os._exit in the task (SystemExit is not caught by the "
+        'Pool), SIGKILL usually the out-of-memory killer (as root, `dmesg` shows "Out of memory: Killed process"). '
+        "Bound the wait with map_async(...).get(timeout=...), or use concurrent.futures.ProcessPoolExecutor, which "
+        "raises BrokenProcessPool instead of waiting.",
         SECTIONS["dead"],
-        2,
+        3 if reaped else 2 if vanished else 1,
     )
 
 
@@ -392,17 +667,47 @@ def waiting_in_collective(facts: Facts) -> Finding | None:
         missing = [r for r in range(world) if r not in present]
         if missing:
             evidence.append(f"rank(s) {', '.join(map(str, missing))} of {world}: no process (exited or never started)")
-    names = ", ".join(str(r) for r in in_collective) or "unknown ranks"
-    not_there = ", ".join(str(r) for r in sorted(set(missing) | {p.rank for p in elsewhere})) or "unknown"
-    op = next(iter(waiting.values())).name.split(".")[-1]
-    return Finding(
-        f"waiting in a collective: rank(s) {names} wait in {op}() for rank(s) {not_there}, which never call it",
-        evidence,
+    not_there = sorted(set(missing) | {p.rank for p in elsewhere if p.rank is not None})
+    ops: dict[str, list[int | None]] = {}
+    for pid, frame in waiting.items():
+        ops.setdefault(frame.name.split(".")[-1], []).append(facts.by_pid[pid].rank)
+    fix = (
         "Every rank must call the same collectives in the same order: look for an early return, uneven batches or "
-        "a condition on the rank; Join handles uneven inputs, TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatches.",
+        "a condition on the rank; Join handles uneven inputs, TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatches."
+    )
+    if len(ops) > 1:
+        each = ", ".join(
+            f"{_ranks(ranks)} in {op}()" for op, ranks in sorted(ops.items(), key=lambda item: _first_rank(item[1]))
+        )
+        return Finding(
+            f"ranks out of step: {each}; each waits for the others to call the same collective"
+            + (f", and rank(s) {', '.join(map(str, not_there))} call none" if not_there else ""),
+            evidence,
+            fix,
+            SECTIONS["ranks"],
+            3,
+        )
+    names = ", ".join(str(r) for r in in_collective) or "unknown ranks"
+    op = next(iter(ops))
+    return Finding(
+        f"waiting in a collective: rank(s) {names} wait in {op}() for rank(s) "
+        f"{', '.join(map(str, not_there)) or 'unknown'}, which never call it",
+        evidence,
+        fix,
         SECTIONS["ranks"],
         3 if (elsewhere or missing) else 2,
     )
+
+
+def _ranks(ranks: list[int | None]) -> str:
+    known = sorted(r for r in ranks if r is not None)
+    if not known:
+        return "a process of unknown rank"
+    return f"rank {known[0]}" if len(known) == 1 else "ranks " + ", ".join(map(str, known))
+
+
+def _first_rank(ranks: list[int | None]) -> int:
+    return min((r for r in ranks if r is not None), default=1 << 30)
 
 
 _RENDEZVOUS = (
@@ -427,12 +732,25 @@ def waiting_for_store(facts: Facts) -> Finding | None:
         if not frames:
             continue
         where = proc.env.get("MASTER_ADDR", "?") + ":" + proc.env.get("MASTER_PORT", "?")
-        evidence = [_stack_line(proc, _from_frame(proc, frames[0]))]
+        evidence = [_stack_line(proc, _from_frame(proc, frames[0])) + _user_line(proc)]
         if "MASTER_PORT" in proc.env:
             evidence.append(f"{proc.label()} meets the others at {where}, world size {proc.env.get('WORLD_SIZE', '?')}")
+        missing = _missing_ranks(facts)
+        if missing:
+            ranks, world = missing
+            evidence.append(
+                f"world size {world}; rank(s) waiting: {', '.join(map(str, sorted(ranks)))} (init_process_group's "
+                "arguments, read by py-spy); no process of the tree is any other rank"
+            )
         return Finding(
             "waiting for a store or rendezvous: a rank waits for the others to reach the same store, and "
-            "not all of them do",
+            "not all of them do"
+            + (
+                f": rank(s) {', '.join(str(r) for r in range(missing[1]) if r not in missing[0])} of {missing[1]} "
+                "never arrived"
+                if missing
+                else ""
+            ),
             evidence,
             "Start every rank with the same store address and port (MASTER_ADDR/MASTER_PORT, tcp:// or file://) and "
             "a world_size equal to the ranks you start; let the OS pick a free port for the store.",
@@ -440,6 +758,24 @@ def waiting_for_store(facts: Facts) -> Finding | None:
             2,
         )
     return None
+
+
+def _missing_ranks(facts: Facts) -> tuple[set[int], int] | None:
+    """(ranks seen waiting, world size) from init_process_group's locals, when the world is larger."""
+    ranks: set[int] = set()
+    worlds: set[int] = set()
+    for proc in facts.procs:
+        for frame in _frames(proc, "init_process_group", file="torch/distributed"):
+            rank, world = frame.locals.get("rank", ""), frame.locals.get("world_size", "")
+            if rank.lstrip("-").isdigit() and world.isdigit():
+                ranks.add(int(rank))
+                worlds.add(int(world))
+        if proc.rank is not None:
+            ranks.add(proc.rank)
+    if len(worlds) != 1:
+        return None
+    world = worlds.pop()
+    return (ranks, world) if len(ranks) < world else None
 
 
 def dataloader_worker_stuck(facts: Facts) -> Finding | None:
@@ -450,7 +786,7 @@ def dataloader_worker_stuck(facts: Facts) -> Finding | None:
         return None
     return Finding(
         "a DataLoader waiting for a worker stuck inside your dataset (a stalled read, a lock, a hang of its own)",
-        [_stack_line(main[0])] + [_stack_line(w) for w in busy[:3]],
+        [_stack_line(main[0])] + [_stack_line(w) + _user_line(w) for w in busy[:3]],
         "Pass DataLoader(timeout=...) to turn the stall into an error, and run with num_workers=0 to debug the "
         "dataset in the main process.",
         SECTIONS["kit"],
@@ -464,6 +800,7 @@ def full_shm(facts: Facts) -> Finding | None:
         for line in facts.stderr.splitlines()
         if "No space left on device" in line
         or "unable to allocate shared memory" in line
+        or "unable to write to file </torch_" in line
         or "Bus error" in line
         or "killed by signal: Bus error" in line
     ]
@@ -483,8 +820,42 @@ def full_shm(facts: Facts) -> Finding | None:
     )
 
 
+def slow_not_hung(facts: Facts) -> Finding | None:
+    """The main process keeps a core busy and no rule found a wait: probably slow, not hung."""
+    main = facts.by_pid.get(facts.main_pid)
+    if main is None:
+        return None
+    thread = main.main_thread()
+    busy = [p for p in facts.procs if p.cpu is not None and p.cpu >= 0.5]
+    active = thread is not None and thread.idle is False
+    # on a loaded machine a running process gets only part of a core: py-spy's "active" (its main thread is
+    # on the CPU or waiting for one, not asleep) with some CPU used says running too
+    if main not in busy and not (active and (main.cpu is None or main.cpu >= 0.1)):
+        return None
+    evidence = [
+        f"{p.label()} used {100 * p.cpu:.0f} % of a core while diagnose watched it"
+        for p in sorted({q.pid: q for q in [*busy, main]}.values(), key=lambda q: q.pid)
+        if p.cpu is not None
+    ]
+    if hasattr(os, "getloadavg"):
+        evidence.append(f"the machine's load average is {os.getloadavg()[0]:.1f} on {os.cpu_count()} core(s)")
+    if thread is not None:
+        state = {True: "idle", False: "running", None: "in an unknown state"}[thread.idle]
+        evidence.append(f"{_stack_line(main)}   [main thread {state}]" + _user_line(main))
+    return Finding(
+        "probably slow, not hung: the main process is running on the CPU and waits for nothing the course teaches",
+        evidence,
+        "Give it a longer --timeout (or watch it with `py-spy top --pid`); if it only looks stuck, time a few "
+        "iterations and see where the time goes.",
+        SECTIONS["kit"],
+        1,
+    )
+
+
 HANG_RULES = (
     fork_after_openmp,
+    fork_after_thread_pool,
+    lock_taken_twice,
     lock_held_at_fork,
     join_before_drain,
     missing_main_guard,
@@ -494,10 +865,14 @@ HANG_RULES = (
     full_shm,
     dataloader_worker_stuck,
     dead_producer,
+    lock_never_released,
+    slow_not_hung,
 )
 
 
 def diagnose_hang(facts: Facts) -> list[Finding]:
     """Every finding, strongest first (the first rule listed wins a tie)."""
     found = [f for rule in HANG_RULES if (f := rule(facts)) is not None]
+    if any(f is not None and not f.cause.startswith("probably slow") for f in found):
+        found = [f for f in found if not f.cause.startswith("probably slow")]  # something does wait
     return sorted(found, key=lambda f: -f.score)

@@ -77,6 +77,8 @@ class Proc:
     libgomp: bool  # GNU OpenMP is loaded
     role: str = ""
     rank: int | None = None
+    cpu: float | None = None  # share of one core it used while diagnose watched (sample_cpu), 0..n
+    threads_at_fork: int | None = None  # its parent's threads when it forked (sitecustomize's note)
     threads: list[Thread] = field(default_factory=list)
     source: str = ""  # "py-spy", "py-spy (no native frames)", "faulthandler", or ""
     note: str = ""  # why there is no stack, or why py-spy was not used
@@ -195,7 +197,9 @@ def _parse_spy(data: list[dict]) -> list[Thread]:
     for item in data:
         frames = []
         for f in item.get("frames", []):
-            native = f.get("line", 0) == 0 and not f.get("filename", "").endswith(".py")
+            filename = f.get("filename", "")
+            # C frames with line numbers (socketmodule.c:921) are native too: "Python frames" are .py files
+            native = not filename.endswith(".py") and not filename.startswith("<")
             local_vars = {v["name"]: v.get("repr", "") for v in (f.get("locals") or [])}
             frames.append(Frame(f["name"], f.get("filename", ""), int(f.get("line", 0)), native, local_vars))
         threads.append(Thread(item.get("thread_name") or hex(item.get("thread_id", 0)), not item["active"], frames))
@@ -296,6 +300,65 @@ def _name_main_thread(threads: list[Thread]) -> None:
             thread.name, named = "MainThread", True
         elif thread.name == "MainThread":
             thread.name = "thread"
+
+
+def sample_cpu(procs: list[Proc], seconds: float = 0.5) -> None:
+    """How busy each process is now: CPU time used over `seconds`, as a share of one core (a slow
+    script runs near 1.0; a hung one waits near 0)."""
+
+    def cpu_of(pid: int) -> float | None:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            return None
+        return times.user + times.system
+
+    before = {p.pid: cpu_of(p.pid) for p in procs}
+    started = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    for proc in procs:
+        now, then = cpu_of(proc.pid), before.get(proc.pid)
+        proc.cpu = None if now is None or then is None else max(0.0, (now - then) / elapsed)
+
+
+_FORK_NOTE = re.compile(r"^# pid (\d+) ppid \d+ forked with (\d+) thread")
+
+
+def read_fork_notes(procs: list[Proc], folder: Path) -> None:
+    """Each forked process's parent's thread count at the fork, from the first line of its file."""
+    for proc in procs:
+        path = folder / f"stack-{proc.pid}.txt"
+        try:
+            with path.open(errors="replace") as f:
+                match = _FORK_NOTE.match(f.readline())
+        except OSError:
+            continue
+        if match:
+            proc.threads_at_fork = int(match.group(2))
+
+
+@dataclass
+class Ended:
+    """A child of the command that its parent reaped: who reaped it, its exit code (-N: signal N), when."""
+
+    pid: int
+    parent: int
+    code: int
+    at: float
+
+
+def ended(folder: Path) -> dict[int, Ended]:
+    """The `ended-<pid>.txt` notes sitecustomize's os.waitpid wrapper left."""
+    found = {}
+    for path in folder.glob("ended-*.txt"):
+        try:
+            parent, code, at = path.read_text().split()
+            pid = int(path.stem.split("-", 1)[1])
+            found[pid] = Ended(pid, int(parent), int(code), float(at))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def fatal_reports(folder: Path) -> dict[int, str]:

@@ -5,6 +5,11 @@ HELPERS_DIAGNOSE_DIR, so every Python process of the tree (the script, spawn and
 torchrun's workers; fork children re-arm through `os.register_at_fork`) gets one file there,
 `stack-<pid>.txt`, to which faulthandler writes every thread's stack when diagnose sends SIGUSR2 (the
 fallback when py-spy cannot attach) or when the process dies of a fatal signal (SIGSEGV, SIGBUS, ...).
+It also leaves two facts a stack cannot show: in a forked child's file, how many threads its parent had
+at the fork (a lock "held at fork" needs another thread to have held it), and, for each child process this
+process reaps (`os.waitpid`, which multiprocessing, DataLoader and torch's spawn call), a file
+`ended-<pid>.txt` with how that child ended (a pool worker's exit code, a worker's SIGKILL), which its
+parent may never print.
 It prints nothing, then runs the sitecustomize it hides (the next one on sys.path), if any.
 """
 
@@ -14,6 +19,7 @@ import faulthandler
 import os
 import signal
 import sys
+import time
 
 _DIR = os.environ.get("HELPERS_DIAGNOSE_DIR", "")
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,7 +35,9 @@ def _arm() -> None:
         trace = open(path, "w")  # noqa: SIM115 - faulthandler writes to it until the process ends
     except OSError:
         return
-    trace.write(f"# pid {os.getpid()} ppid {os.getppid()}\n")
+    at_fork = _state.pop("threads_at_fork", None)
+    forked = f" forked with {at_fork[0]} thread(s) ({at_fork[1]} Python)" if at_fork else ""
+    trace.write(f"# pid {os.getpid()} ppid {os.getppid()}{forked}\n")
     trace.flush()
     faulthandler.enable(file=trace, all_threads=True)
     faulthandler.register(signal.SIGUSR2, file=trace, all_threads=True, chain=False)
@@ -37,6 +45,42 @@ def _arm() -> None:
     _state["file"] = trace
     if old is not None:
         old.close()
+
+
+def _before_fork() -> None:
+    """The parent's threads at the fork (what the child inherits, in memory, with this value)."""
+    threading = sys.modules.get("threading")
+    python = threading.active_count() if threading is not None else 1
+    try:
+        with open("/proc/self/status") as f:
+            native = next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration, ValueError):
+        native = python
+    _state["threads_at_fork"] = (native, python)
+
+
+def _after_fork_in_parent() -> None:
+    _state.pop("threads_at_fork", None)
+
+
+def _record_exits() -> None:
+    """Wrap os.waitpid: note how each reaped child ended, in a file of its own (the wrapper returns
+    exactly what os.waitpid returns)."""
+    real = os.waitpid
+
+    def waitpid(pid: int, options: int, /) -> tuple[int, int]:
+        got, status = real(pid, options)
+        if got > 0:
+            try:
+                code = os.waitstatus_to_exitcode(status)
+                with open(os.path.join(_DIR, f"ended-{got}.txt"), "w") as f:
+                    f.write(f"{os.getpid()} {code} {time.time():.3f}\n")
+            except (OSError, ValueError):
+                pass
+        return got, status
+
+    waitpid.__doc__ = real.__doc__
+    os.waitpid = waitpid
 
 
 def _allow_tracer() -> None:
@@ -74,5 +118,6 @@ def _start() -> None:
 
 if _DIR and os.path.isdir(_DIR):
     _start()
-    os.register_at_fork(after_in_child=_start)
+    _record_exits()
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_start)
 _run_hidden_sitecustomize()
