@@ -63,6 +63,8 @@ __all__ = [
     "sharded",
     "checkpoint_save",
     "checkpoint_load_one",
+    "checkpoint_save_one",
+    "checkpoint_load_two",
     "mesh_shape",
     "mesh_2d",
     "UNBALANCED",
@@ -806,6 +808,52 @@ def checkpoint_load_one(folder: str) -> dict[str, Any]:
     set_state_dict(model, adam, model_state_dict=state["model"], optim_state_dict=state["optim"])
     _, optim_state = get_state_dict(model, adam)
     return {"model": {k: v.detach().clone() for k, v in model.state_dict().items()}, "optim": _flat_optim(optim_state)}
+
+
+def checkpoint_save_one(folder: str, steps: int = 3) -> dict[str, Any]:
+    """The other way round, first half: one process (no process group) trains the plain model `steps` Adam
+    steps and saves it with `dcp.save` into `folder`. Returns its weights and Adam state."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    if not folder:
+        raise ValueError("folder must name the checkpoint's folder")
+    widths = SHARD["widths"]
+    model = make_mlp(widths)
+    adam = torch.optim.Adam(model.parameters(), lr=SHARD["lr"])
+    x, y = data(SHARD["batch"], widths[0], widths[-1], seed=4)
+    _train(model, adam, x, y, positive_int("steps", steps))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no process group: saving in a single process", what we want
+        dcp.save(_dcp_state(model, adam), checkpoint_id=folder)
+    _, optim_state = get_state_dict(model, adam)
+    return {"model": {k: v.detach().clone() for k, v in model.state_dict().items()}, "optim": _flat_optim(optim_state)}
+
+
+def checkpoint_load_two(rank: int, world_size: int, folder: str = "") -> dict[str, Any]:
+    """The other way round, second half: FSDP2 ranks load the checkpoint one process wrote; each rank reads
+    only the pieces of its own shards. Returns the bytes of weights this rank holds and, gathered for the
+    comparison (rank 0), the full weights and Adam state."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if not folder:
+        raise ValueError("folder must name the checkpoint's folder")
+    mesh = init_device_mesh("cpu", (world_size,))
+    model = fsdp_wrap(make_mlp(SHARD["widths"], seed=99), mesh)  # other weights: all must come from the file
+    adam = torch.optim.Adam(model.parameters(), lr=SHARD["lr"])
+    state = _dcp_state(model, adam)
+    dcp.load(state, checkpoint_id=folder)
+    set_state_dict(model, adam, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    model_full, optim_full = get_state_dict(
+        model, adam, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+    return {
+        "weight bytes here": tensor_bytes(list(model.parameters())),
+        "model": {k: v.clone() for k, v in model_full.items()} if rank == 0 else {},
+        "optim": _flat_optim(optim_full) if rank == 0 else {},
+    }
 
 
 # ------------------------------------------------------------------------------------------ 7. 2 x 2 mesh

@@ -17,17 +17,20 @@ METHOD = "fork" if "fork" in mp.get_all_start_methods() else None
 def group():
     """One 2-rank group for every test that needs ranks: model parallel by hand, a small pipeline, tensor
     parallel, ZeRO-1 / FSDP2, and a sharded checkpoint loaded into this process."""
-    with mpar.checkpoint_folder() as folder:
+    with mpar.checkpoint_folder() as folder, mpar.checkpoint_folder() as single:
+        written = mpar.checkpoint_save_one(single)
         demos = [mpar.by_hand, mpar.pipeline_runs, mpar.tensor_parallel, mpar.sharded, mpar.checkpoint_save]
+        demos.append(mpar.checkpoint_load_two)
         kwargs = {
             "pipeline_runs": {"microbatch_counts": (2,), "splits": ()},
             "sharded": {"steps": 2},
             "checkpoint_save": {"folder": folder},
+            "checkpoint_load_two": {"folder": single},
         }
         results = mpar.launch(demos, 2, start_method=METHOD, kwargs=kwargs)
         results["loaded"] = mpar.checkpoint_load_one(folder)
-        results["folder left"] = os.path.exists(folder)
-    assert not os.path.exists(folder)
+        results["written by one"] = written
+    assert not os.path.exists(folder) and not os.path.exists(single)
     return results
 
 
@@ -168,6 +171,17 @@ def test_checkpoint_from_two_ranks_loads_into_one(group):
     assert all(torch.equal(saved["optim"][k], loaded["optim"][k]) for k in saved["optim"])
     with pytest.raises(ValueError, match="folder must name"):
         mpar.checkpoint_save(0, 2)
+    with pytest.raises(ValueError, match="folder must name"):
+        mpar.checkpoint_save_one("")
+
+
+def test_checkpoint_from_one_process_loads_into_two_ranks(group):
+    written, two = group["written by one"], group[0]["checkpoint_load_two"]
+    assert sorted(written["model"]) == sorted(two["model"]) and sorted(written["optim"]) == sorted(two["optim"])
+    assert all(torch.equal(written["model"][k], two["model"][k]) for k in written["model"])
+    assert all(torch.equal(written["optim"][k], two["optim"][k]) for k in written["optim"])
+    whole = mpar.tensor_bytes(list(mpar.make_mlp(mpar.SHARD["widths"]).parameters()))
+    assert [group[r]["checkpoint_load_two"]["weight bytes here"] for r in (0, 1)] == [whole // 2] * 2
 
 
 def test_two_by_two_mesh():
