@@ -22,7 +22,11 @@ language = "en"
 extensions = ["myst_nb", "course_site"]
 
 root_doc = "README"
+# "full" (default) or "learner": the learner edition has no solutions at all, and no instructors' guide.
+course_edition = os.environ.get("SITE_EDITION", "full")
 include_patterns = ["README.md", "CHEATSHEET.md", "INSTRUCTORS.md", "notebooks/[0-9][0-9]_*.ipynb", "site/*.md"]
+if course_edition == "learner":
+    include_patterns.remove("INSTRUCTORS.md")
 exclude_patterns = ["build", ".venv", "student", "**/.ipynb_checkpoints"]
 
 # The outputs the notebooks store are what the site shows; no kernel is started while building.
@@ -33,8 +37,6 @@ myst_enable_extensions = ["colon_fence"]  # no dollarmath: MathJax would come fr
 myst_heading_anchors = 3
 suppress_warnings = ["myst.header"]
 
-# "full" (default) or "learner": the learner edition has no solutions at all.
-course_edition = os.environ.get("SITE_EDITION", "full")
 
 html_theme = "sphinx_book_theme"
 html_title = "PyTorch multiprocessing"

@@ -149,6 +149,17 @@ def test_the_table_of_contents_takes_every_chapter_in_order(tmp_path):
     assert "notebooks/00_a\nnotebooks/01_b\nnotebooks/09_new" in course_site.toctree(tmp_path)
 
 
+def test_the_learner_edition_leaves_the_instructors_guide_out(tmp_path):
+    text = "See [INSTRUCTORS.md](INSTRUCTORS.md) and [its triage](INSTRUCTORS.md#triage), [sheet](CHEATSHEET.md)."
+    assert course_site.unlink_left_out(text, "full") == text
+    assert course_site.unlink_left_out(text, "learner") == "See INSTRUCTORS.md and its triage, [sheet](CHEATSHEET.md)."
+    for page in ("CHEATSHEET.md", "INSTRUCTORS.md"):
+        (tmp_path / page).write_text("# x")
+    assert "INSTRUCTORS" in course_site.toctree(tmp_path, "full")
+    assert "INSTRUCTORS" not in course_site.toctree(tmp_path, "learner")
+    assert "CHEATSHEET" in course_site.toctree(tmp_path, "learner")
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="edition"):
         course_site.site_notebook(_nb(), "notebooks/00_a", "teacher")
@@ -162,6 +173,8 @@ def test_bad_arguments_are_named():
         list(course_site.split_cross_references(b"06 \xa74", None))
     with pytest.raises(TypeError, match="docname"):
         course_site.notebook_number(6)
+    with pytest.raises(ValueError, match="edition"):
+        course_site.unlink_left_out("", "student")
 
 
 def _small_site(tmp_path, second_text):

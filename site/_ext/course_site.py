@@ -11,7 +11,8 @@ The notebooks are written for JupyterLab, and a few of their conventions mean no
 - a stored widget needs a live kernel (and scripts from a CDN, which an offline site cannot load), so it
   becomes a plain note instead of its `interactive(children=...)` text.
 Each notebook page also gets a note on how to run it and on where its measured numbers come from, and the
-landing page (README.md) gets the table of contents in course order (every notebooks/NN_*.ipynb).
+landing page (README.md) gets the table of contents in course order (every notebooks/NN_*.ipynb). The
+learner edition leaves the instructors' guide out, and links to it become plain text.
 Nothing here writes to a source file.
 """
 
@@ -151,12 +152,30 @@ def chapters(srcdir: Path) -> list[str]:
 
 
 REFERENCE_PAGES = ("CHEATSHEET", "INSTRUCTORS", "site/setup")
+# The learner edition has no instructors' guide: it discusses the exercises' answers ("exercise 1:
+# `max(1, cores // processes)`") and how to teach them.
+LEARNER_LEAVES_OUT = ("INSTRUCTORS",)
 
 
-def toctree(srcdir: Path) -> str:
+def _left_out(docname: str, edition: str) -> bool:
+    return edition == "learner" and docname in LEARNER_LEAVES_OUT
+
+
+def unlink_left_out(markdown: str, edition: str) -> str:
+    """`markdown` with each link to a page the edition leaves out replaced by the link's text."""
+    if not isinstance(markdown, str):
+        raise TypeError(f"markdown must be a str, got {type(markdown).__name__}")
+    if edition not in EDITIONS:
+        raise ValueError(f"edition must be one of {EDITIONS}, got {edition!r}")
+    for page in LEARNER_LEAVES_OUT if edition == "learner" else ():
+        markdown = re.sub(rf"\[([^\]]*)\]\({re.escape(page)}\.md(?:#[^)]*)?\)", r"\1", markdown)
+    return markdown
+
+
+def toctree(srcdir: Path, edition: str = "full") -> str:
     """The landing page's (hidden) tables of contents: the chapters in order, then the reference pages."""
     notebooks = "\n".join(chapters(srcdir))
-    pages = "\n".join(p for p in REFERENCE_PAGES if Path(srcdir, f"{p}.md").is_file())
+    pages = "\n".join(p for p in REFERENCE_PAGES if Path(srcdir, f"{p}.md").is_file() and not _left_out(p, edition))
     text = "\n\n```{toctree}\n:hidden:\n:caption: Notebooks\n\n" + notebooks + "\n```\n"
     return text + ("\n```{toctree}\n:hidden:\n:caption: Reference\n\n" + pages + "\n```\n" if pages else "")
 
@@ -205,8 +224,10 @@ def on_source_read(app, docname: str, source: list[str]) -> None:
     if notebook_number(docname) is not None:
         nb = json.loads(source[0])
         source[0] = json.dumps(site_notebook(nb, docname, _edition(app)))
-    elif docname == app.config.root_doc:
-        source[0] += toctree(Path(app.srcdir))
+    else:
+        source[0] = unlink_left_out(source[0], _edition(app))
+        if docname == app.config.root_doc:
+            source[0] += toctree(Path(app.srcdir), _edition(app))
 
 
 def on_doctree_read(app, doctree: nodes.document) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import html
 import http.server
 import json
 import re
@@ -372,8 +373,11 @@ def screenshots(page, root: str) -> None:
     _screenshot(page, "site-landing")
 
 
-def check_no_solutions(report: lab_check.Report, full: dict[str, Visit], learner: dict[str, Visit]) -> None:
-    """No line of any solution's own code is on any learner page; each is on the full edition's page."""
+def check_no_solutions(
+    report: lab_check.Report, full: dict[str, Visit], learner: dict[str, Visit], learner_folder: Path
+) -> None:
+    """No line of any solution's own code is on any learner page, or in any file of that edition (the
+    search index included); each is on the full edition's page. The instructors' guide is left out."""
     leaks, missing = [], []
     learner_text = {path: " ".join(v.source.split()) for path, v in learner.items()}
     elsewhere, lines = course_text(), 0
@@ -393,8 +397,22 @@ def check_no_solutions(report: lab_check.Report, full: dict[str, Visit], learner
         lines > 0 and not missing, f"full edition: the {lines} solution lines are on its pages", "; ".join(missing[:5])
     )
     report.check(not leaks, "learner edition: no solution text on any page", "; ".join(leaks[:5]))
+    files = [p for p in learner_folder.rglob("*") if p.is_file() and p.suffix in (".html", ".js", ".txt", ".ipynb")]
+    wanted = [line for chapter in _chapters() for line in notebook_facts(chapter, elsewhere)["own_lines"]]
+    in_files = sorted({p.relative_to(learner_folder).as_posix() for p in files for line in wanted if line in _read(p)})
+    report.check(
+        not in_files, f"learner edition: no solution text in any of its {len(files)} files", ", ".join(in_files)
+    )
+    report.check("INSTRUCTORS.html" not in learner, "learner edition: no instructors' guide")
     toggles = [p for p, v in learner.items() if v.collapsed]
     report.check(not toggles, "learner edition: no collapsed solution on any page", ", ".join(toggles))
+
+
+@functools.cache
+def _read(path: Path) -> str:
+    """A file's text; an HTML file's without its tags (highlighted code is split into spans)."""
+    text = path.read_text(errors="replace")
+    return html.unescape(re.sub(r"<[^>]+>", "", text)) if path.suffix == ".html" else text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
             full = check_edition(report, context, args.site.resolve(), "full")
             learner = check_edition(report, context, args.learner.resolve(), "learner")
             if full and learner:
-                check_no_solutions(report, full, learner)
+                check_no_solutions(report, full, learner, args.learner.resolve())
         except Exception as error:  # a check that could not run is a failure, reported with the others
             report.check(False, "site check ran to the end", f"{type(error).__name__}: {str(error)[:500]}")
         finally:
