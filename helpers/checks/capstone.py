@@ -11,6 +11,7 @@ from helpers.checks.core import Verdict, verdict
 __all__ = ["batch_lr", "second_job", "SPEEDUP", "RULE_TOLERANCE"]
 
 SPEEDUP = 3.0  # the exercise's required speed-up of the main process's CPU time
+BATCH = 32  # exercise 1's batch size (the original's is capstone.ORIGINAL.batch_size)
 RULE_TOLERANCE = 1.5  # exercise 1 accepts a learning rate within this factor of the linearly scaled one
 
 
@@ -28,11 +29,11 @@ def batch_lr(lr: Any, samples: int = 1024) -> Verdict:
         return verdict(False, "", "set my_lr, then run this cell again.")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
         return verdict(False, "", f"a learning rate is a positive number, got {lr!r}.")
-    factor = 32 // capstone.ORIGINAL.batch_size
+    factor = BATCH // capstone.ORIGINAL.batch_size
     scaled = capstone.ORIGINAL.lr * factor
-    config = replace(capstone.ORIGINAL, batch_size=32, lr=float(lr), wait=0.0, passes=1, samples=samples)
+    config = replace(capstone.ORIGINAL, batch_size=BATCH, lr=float(lr), wait=0.0, passes=1, samples=samples)
     run = capstone.train(config)
-    steps = samples // 32
+    steps = samples // BATCH
     reached = f"lr={lr:g} reaches {run.accuracy:.1f}% (target {capstone.TARGET_ACCURACY:g}%)"
     if lr < scaled / RULE_TOLERANCE:
         why = (
@@ -52,7 +53,7 @@ def batch_lr(lr: Any, samples: int = 1024) -> Verdict:
         return verdict(False, "", f"{reached}: close to the rule, but short of the target; scale by {factor}x.")
     return verdict(
         True,
-        f"lr={lr:g} reaches {run.accuracy:.1f}% in {steps} steps of 32 (target {capstone.TARGET_ACCURACY:g}%). "
+        f"lr={lr:g} reaches {run.accuracy:.1f}% in {steps} steps of {BATCH} (target {capstone.TARGET_ACCURACY:g}%). "
         f"Scaling the learning rate with the batch (x{factor} here) is the linear scaling rule.",
         "",
     )
