@@ -222,3 +222,57 @@ def test_a_stale_cross_reference_fails_the_build(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "'00 §7' names section 7 of notebooks/00_first" in err and "'notebook 05' names notebook 05" in err
     assert "'12'" not in err
+
+
+def _site_check():
+    path = REPO / "tests" / "browser" / "site_check.py"
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location("site_check", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["site_check"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_browser_check_finds_a_broken_anchor_and_a_cross_reference_to_the_wrong_section(tmp_path):
+    site_check = _site_check()
+    root = "http://127.0.0.1:1/"
+    target = site_check.Visit(url="notebooks/06_x.html", ids={"queues", "fork"}, headings={"queues": "4. Queues"})
+    source = site_check.Visit(url="INSTRUCTORS.html")
+    source.links = [
+        {"href": root + "notebooks/06_x.html#queues", "text": "06 §4", "xref": True},
+        {"href": root + "notebooks/06_x.html#fork", "text": "06 §1", "xref": True},
+        {"href": root + "notebooks/06_x.html#gone", "text": "a section", "xref": False},
+        {"href": "https://example.org/", "text": "outside", "xref": False},
+    ]
+    report = site_check.lab_check.Report()
+    site_check.check_links(report, {"INSTRUCTORS.html": source, "notebooks/06_x.html": target}, root, tmp_path, "full")
+    assert len(report.failures) == 2
+    assert "#gone" in report.failures[0] and "'06 §1'" in report.failures[1] and "#queues" not in report.failures[1]
+
+
+def test_the_browser_checks_server_serves_the_folder_and_closes_its_port(tmp_path):
+    import urllib.request
+
+    site_check = _site_check()
+    (tmp_path / "index.html").write_text("<p>hello</p>")
+    with site_check.serve(tmp_path) as root:
+        assert root.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(root + "index.html", timeout=10) as response:
+            assert response.read() == b"<p>hello</p>"
+        port = int(root.rstrip("/").rsplit(":", 1)[1])
+    assert not site_check.lab_check._listening(port)
+    assert site_check._page_path(root + "notebooks/", root) == "notebooks/index.html"
+    assert site_check._page_path(root + "a%20b.html#x", root) == "a b.html"
+
+
+def test_the_browser_check_knows_each_chapters_plots_and_solutions():
+    site_check = _site_check()
+    from helpers.student import is_solution
+
+    for path in CHAPTERS:
+        cells = json.loads(path.read_text())["cells"]
+        facts = site_check.notebook_facts(path, site_check.course_text())
+        assert facts["images"] == sum("image/png" in o.get("data", {}) for c in cells for o in c.get("outputs", []))
+        assert len(facts["solutions"]) == sum(map(is_solution, cells)) > 0
+        assert all(line not in site_check.course_text() for line in facts["own_lines"])
