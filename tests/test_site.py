@@ -127,6 +127,16 @@ def test_a_widget_becomes_a_note_and_a_progress_bar_its_text():
     assert outputs[2]["data"] == {"text/plain": course_site.WIDGET_NOTE}
 
 
+def test_a_widget_cell_stored_without_output_gets_the_note():
+    cells = [
+        _code("from ipywidgets import IntSlider\ninteract_manual(\n    f,\n    n=IntSlider(),\n);", "w"),
+        _code("# interact(f)"),
+    ]
+    page = course_site.site_notebook(_nb(_md("# T"), *cells), "notebooks/01_x")
+    assert page["cells"][1]["outputs"][0]["data"] == {"text/plain": course_site.WIDGET_NOTE}
+    assert page["cells"][2]["outputs"] == []
+
+
 def test_every_real_chapter_collapses_each_solution_and_the_learner_page_drops_it():
     from helpers.student import is_solution
 

@@ -36,6 +36,9 @@ WIDGET_NOTE = (
     "run the notebook to use it.)"
 )
 WIDGET_TEXT = re.compile(r"^\s*(interactive|[HV]Box|Output|IntSlider|FloatSlider|Dropdown|Button|\w+Widget)\(")
+INTERACT_CALL = re.compile(
+    r"^\s*(?:\w+\s*=\s*)?(?:widgets\.)?interact(?:_manual)?\s*(?:\.options\(.*\))?\(", re.MULTILINE
+)
 SOLUTION_TAG = "hide-input"
 # The chapters' ways of pointing at each other, longest first: "notebook 00 §3", "notebook 00, section 3",
 # "06 §4", "notebook 02", "see 02". A bare "§4" means a section of the page it is on (notebooks only).
@@ -72,7 +75,11 @@ def _source(cell: dict) -> str:
 
 
 def _plain_widget_outputs(cell: dict) -> None:
-    """Replace each stored widget view, and any widget's repr text, by the plain note (in place)."""
+    """Replace each stored widget view, and any widget's repr text, by the plain note (in place); a
+    widget cell stored without output (its output varies, so it is not kept) gets the note too."""
+    if not cell.get("outputs") and INTERACT_CALL.search(_source(cell)):
+        cell["outputs"] = [{"output_type": "display_data", "metadata": {}, "data": {"text/plain": WIDGET_NOTE}}]
+        return
     for output in cell.get("outputs", []):
         data = output.get("data")
         if not isinstance(data, dict):

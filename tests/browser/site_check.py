@@ -48,6 +48,8 @@ PAGE_TIMEOUT = 30.0  # s: one static page loading from 127.0.0.1
 CHECKED_RESOURCES = {"document", "stylesheet", "image", "script", "font"}
 SEARCH_QUERY = "join before drain"
 SEARCH_TARGET = ("notebooks/06_deadlocks_and_pitfalls.html", "4.")
+INTERACT_CALL = re.compile(r"^\s*(?:\w+\s*=\s*)?interact(?:_manual)?\(", re.MULTILINE)
+WIDGET_NOTE = "An interactive control is here in JupyterLab"
 WIDGET_TEXT = re.compile(r"\b(interactive|HBox|VBox|IntSlider|FloatSlider)\(children=|\bchildren=\(")
 XREF_TEXT = re.compile(r"(?:(\d\d) ?)?§ ?(\d+)|notebook (\d\d), section (\d+)")
 SHORTEST_SOLUTION_LINE = 16  # characters: shorter lines ("return x") also occur in other cells' prose
@@ -167,7 +169,10 @@ def notebook_facts(path: Path, elsewhere: str = "") -> dict:
             if len(line) >= SHORTEST_SOLUTION_LINE and not line.startswith("#") and line not in elsewhere:
                 own_lines.append(line)
     images = sum("image/png" in o.get("data", {}) for c in cells for o in c.get("outputs", []))
-    return {"images": images, "solutions": solutions, "own_lines": own_lines}
+    widgets = sum(
+        1 for c in cells if c["cell_type"] == "code" and not c.get("outputs") and INTERACT_CALL.search(_source(c))
+    )
+    return {"images": images, "solutions": solutions, "own_lines": own_lines, "widgets": widgets}
 
 
 def _chapters() -> list[Path]:
@@ -271,6 +276,13 @@ def check_notebook_page(report: lab_check.Report, page, seen: Visit, facts: dict
         f"{name}: says how to run it (make lab) and where its numbers come from",
     )
     report.check(not WIDGET_TEXT.search(seen.text), f"{name}: no widget shown as its repr text")
+    if facts["widgets"]:
+        notes = seen.text.count(WIDGET_NOTE)
+        report.check(
+            notes >= facts["widgets"],
+            f"{name}: each of its {facts['widgets']} widgets stored without output shows the note instead",
+            f"{notes} notes",
+        )
     solutions = page.evaluate(SOLUTIONS_JS)
     shown = [i for i, s in enumerate(solutions) if s["open"] or s["codeShown"]]
     report.check(
