@@ -388,3 +388,15 @@ def test_a_ranks_error_names_the_rank_and_a_peer_that_left_early(peer_exit: int 
 def test_deaths_the_course_explains(stderr: str, cause: str) -> None:
     found = deaths.diagnose_death(1, Facts([], 10, "Traceback (most recent call last):\n" + stderr, {}), {})
     assert cause in found.cause, found.cause
+
+
+def test_diagnose_itself_run_by_a_python_without_its_packages_says_which_to_use() -> None:
+    system = _system_python_without_torch()
+    if system is None or subprocess.run([system, "-c", "import psutil"], capture_output=True).returncode == 0:
+        pytest.skip("no system python without psutil here")
+    done = subprocess.run(
+        [system, "-m", "helpers.diagnose", "--", "python", "x.py"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("diagnose: error: this interpreter"), done.stderr
+    assert str(ROOT / ".venv" / "bin" / "python") in done.stderr or "course's environment" in done.stderr

@@ -173,6 +173,17 @@ def open_files(code: int, facts: Facts) -> Finding | None:
     lines = [line.strip() for line in facts.stderr.splitlines() if any(k in line for k in _OPEN_FILES)]
     if not lines:
         return None
+    sharing = any(k in facts.stderr for k in ("ancdata", "sharing strategy", "reductions.py", "resource_sharer"))
+    if not sharing:
+        return Finding(
+            f"too many open files: a process of the command reached its open-file limit; then {_who(facts)} "
+            f"exited with code {code}",
+            [f"stderr: {clean(lines[-1])[:200]}"],
+            "Close what you open (with `with`), or raise the limit (`ulimit -n`); if tensors come from workers, "
+            'see the sharing strategies (torch.multiprocessing.set_sharing_strategy("file_system")).',
+            SECTIONS["strategy"],
+            2,
+        )
     return Finding(
         "too many open files: under the file_descriptor sharing strategy every shared tensor a worker sends "
         "keeps one file descriptor open while it lives, and the process reached its open-file limit; then "
@@ -193,10 +204,15 @@ def unpicklable(code: int, facts: Facts) -> Finding | None:
     match = matches[-1]
     name = next(g for g in match.groups() if g)
     api = api_seen(facts)
+    if "<lambda>" in name:
+        what = f"{name} is a lambda, which has no name to be found by"
+    elif "<locals>" in name:
+        what = f"{name} is defined inside another function, where a worker cannot look it up"
+    else:
+        what = f"{name} cannot be pickled by module and name"
     return Finding(
-        f"a function that cannot be pickled: {name} is a lambda or is defined inside another function, and the "
-        f"{api} sends what its workers run by pickle (by module and name); then {_who(facts)} exited with code "
-        f"{code}",
+        f"a function that cannot be pickled: {what}, and the {api} sends what its workers run by pickle; then "
+        f"{_who(facts)} exited with code {code}",
         [f"stderr: {clean(match.group(0))}"],
         "Define the function at module level (importable by name), or use functools.partial of a module-level "
         "function instead of a lambda or a closure.",

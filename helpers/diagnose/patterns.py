@@ -124,6 +124,25 @@ def _user_line(proc: Proc, thread: Thread | None = None) -> str:
     return f"   [your code: {frame.short()}" + (f": {source}" if source else "") + "]"
 
 
+def _evidence_line(proc: Proc, frames: list[Frame] | None = None) -> str:
+    """`_stack_line` plus the user's own innermost frame when the line does not start with it (inner frames
+    in C or in a library)."""
+    line = _stack_line(proc, frames)
+    frame = user_frame(proc)
+    if frame is not None and line.split(": ", 1)[-1].startswith(frame.short()):
+        return line
+    return line + _user_line(proc)
+
+
+def _innermost(proc: Proc) -> list[Frame]:
+    """The two innermost frames of the main thread whatever they are (C too), then its Python frames."""
+    thread = proc.main_thread()
+    if thread is None:
+        return []
+    native = [f for f in thread.frames[:2] if f.native]
+    return native + thread.python_frames()[: 4 - len(native)]
+
+
 # ---- hangs ----------------------------------------------------------------------------------------
 
 
@@ -163,7 +182,7 @@ def fork_after_openmp(facts: Facts) -> Finding | None:
         if gomp and thread.idle is not False:
             python = thread.python_frames()
             evidence = [
-                _stack_line(proc, gomp[:2] + python[:2]) + _user_line(proc),
+                _evidence_line(proc, gomp[:2] + python[:2]),
                 f"{proc.label()} is {'a forked child' if proc.forked else 'started by exec'} "
                 f"with {proc.threads_count} thread(s), idle in GNU OpenMP's thread barrier",
             ]
@@ -208,7 +227,7 @@ def fork_after_thread_pool(facts: Facts) -> Finding | None:
             return Finding(
                 f"fork after a thread pool: a forked child waits in {name} for threads that fork did not copy",
                 [
-                    _stack_line(proc, frames[:2] + thread.python_frames()[:2]) + _user_line(proc),
+                    _evidence_line(proc, frames[:2] + thread.python_frames()[:2]),
                     f"{proc.label()} is a forked child with {proc.threads_count} thread(s), idle in {name}{env}",
                 ],
                 fix[0].upper() + fix[1:] + ".",
@@ -368,7 +387,7 @@ def lock_never_released(facts: Facts) -> Finding | None:
         )
         return Finding(
             f"a lock that nobody will release: {proc.label()} waits for a threading lock, and {why}",
-            [_stack_line(proc) + (f"   [{line}]" if line else "") + _user_line(proc)],
+            [_evidence_line(proc, _innermost(proc)) + (f"   [{line}]" if line else "")],
             "Find where that lock was taken and not released (an early return or an exception without `with`, "
             "or a lock taken twice: a Lock is not re-entrant, an RLock is).",
             SECTIONS["fork"],
@@ -391,7 +410,7 @@ def join_before_drain(facts: Facts) -> Finding | None:
                     "join before drain: a process joins a child whose queue item is still in the pipe; the child "
                     "cannot exit until someone reads it",
                     [
-                        _stack_line(proc, _from_frame(proc, joins[0])),
+                        _evidence_line(proc, _from_frame(proc, joins[0])),
                         _stack_line(child, feeder.python_frames()) + "   [the queue's feeder thread, writing]",
                         _stack_line(child) + "   [main thread, exiting: waits for the feeder]",
                     ],
@@ -441,7 +460,7 @@ def dead_producer(facts: Facts) -> Finding | None:
             for p in facts.procs
             if p.pid != proc.pid and p.role.startswith(("child", "rank")) and p.status != "zombie"
         ]
-        evidence = [_stack_line(proc, _from_frame(proc, frame))]
+        evidence = [_evidence_line(proc, _from_frame(proc, frame))]
         if zombies or gone:
             evidence.append(
                 f"child process(es) of pid {proc.pid} that ended during the run: "
@@ -584,7 +603,7 @@ def killed_pool_worker(facts: Facts) -> Finding | None:
     ]
     if not reaped and not vanished and not late:
         return None
-    evidence = [_stack_line(main, _from_frame(main, waiting[0])) + _user_line(main)]
+    evidence = [_evidence_line(main, _from_frame(main, waiting[0]))]
     if reaped:
         evidence.append(
             "worker(s) that ended during the run, as their parent reaped them: "
@@ -654,7 +673,7 @@ def waiting_in_collective(facts: Facts) -> Finding | None:
     evidence = []
     for pid, frame in waiting.items():
         proc = facts.by_pid[pid]
-        evidence.append(_stack_line(proc, _from_frame(proc, frame)))
+        evidence.append(_evidence_line(proc, _from_frame(proc, frame)))
     ranked = [p for p in facts.procs if p.rank is not None and "worker" not in p.role and "agent" not in p.role]
     in_collective = sorted({facts.by_pid[pid].rank for pid in waiting if facts.by_pid[pid].rank is not None})
     elsewhere = [p for p in ranked if p.pid not in waiting and p.rank not in in_collective]
@@ -732,7 +751,7 @@ def waiting_for_store(facts: Facts) -> Finding | None:
         if not frames:
             continue
         where = proc.env.get("MASTER_ADDR", "?") + ":" + proc.env.get("MASTER_PORT", "?")
-        evidence = [_stack_line(proc, _from_frame(proc, frames[0])) + _user_line(proc)]
+        evidence = [_evidence_line(proc, _from_frame(proc, frames[0]))]
         if "MASTER_PORT" in proc.env:
             evidence.append(f"{proc.label()} meets the others at {where}, world size {proc.env.get('WORLD_SIZE', '?')}")
         missing = _missing_ranks(facts)
@@ -786,7 +805,7 @@ def dataloader_worker_stuck(facts: Facts) -> Finding | None:
         return None
     return Finding(
         "a DataLoader waiting for a worker stuck inside your dataset (a stalled read, a lock, a hang of its own)",
-        [_stack_line(main[0])] + [_stack_line(w) + _user_line(w) for w in busy[:3]],
+        [_evidence_line(main[0])] + [_evidence_line(w, _innermost(w)) for w in busy[:3]],
         "Pass DataLoader(timeout=...) to turn the stall into an error, and run with num_workers=0 to debug the "
         "dataset in the main process.",
         SECTIONS["kit"],
@@ -841,7 +860,7 @@ def slow_not_hung(facts: Facts) -> Finding | None:
         evidence.append(f"the machine's load average is {os.getloadavg()[0]:.1f} on {os.cpu_count()} core(s)")
     if thread is not None:
         state = {True: "idle", False: "running", None: "in an unknown state"}[thread.idle]
-        evidence.append(f"{_stack_line(main)}   [main thread {state}]" + _user_line(main))
+        evidence.append(f"{_evidence_line(main)}   [main thread {state}]")
     return Finding(
         "probably slow, not hung: the main process is running on the CPU and waits for nothing the course teaches",
         evidence,
