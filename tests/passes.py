@@ -238,6 +238,7 @@ SHARED_PROCESS = (
     "test_plots.py",
     "test_regenerate.py",
     "test_setup.py",
+    "test_site.py",
     "test_student.py",
     "test_timing.py",
     "test_validate.py",
