@@ -906,7 +906,7 @@ def mesh_2d(rank: int, world_size: int) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------- exercises
-# Exercise 2: an unbalanced model, 6 light layers (256 -> 256) then two heavy ones (256 -> 768 -> 256).
+# Exercise 1: an unbalanced model, 6 light layers (256 -> 256) then two heavy ones (256 -> 768 -> 256).
 UNBALANCED = (256, 256, 256, 256, 256, 256, 256, 768, 256)
 
 
@@ -948,7 +948,7 @@ def gpipe_bubble(costs: Sequence[float], microbatches: int) -> float:
 
 def predicted_bytes(parameters: int, world_size: int = 2, bytes_per_value: int = 4) -> dict[str, dict[str, int]]:
     """Per-rank bytes of parameters, gradients and Adam's two moments under DDP, ZeRO-1 and FSDP when every
-    shard divides evenly (the `step` counters left out): the arithmetic the first exercise asks for."""
+    shard divides evenly (the `step` counters left out): the arithmetic the third exercise asks for."""
     n, w = positive_int("parameters", parameters), positive_int("world_size", world_size)
     b = positive_int("bytes_per_value", bytes_per_value)
     whole = n * b

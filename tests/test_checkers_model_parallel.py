@@ -32,7 +32,7 @@ def solution_bytes(n):
     return _bytes((whole, whole, 2 * whole), (whole, whole, whole), (whole // 2, whole // 2, whole))
 
 
-# --------------------------------------------------------------------------------- exercise 1: bytes
+# --------------------------------------------------------------------------------- exercise 3: bytes
 def test_bytes_placeholder_wrong_and_solution(measured):
     n = measured[0]["sharded"]["parameter bytes"] // 4
     whole = 4 * n
@@ -60,7 +60,7 @@ def test_predicted_bytes_is_the_solution(measured):
     assert checks.bytes_per_rank(mpar.predicted_bytes(n), measured)
 
 
-# --------------------------------------------------------------------------------- exercise 2: split
+# --------------------------------------------------------------------------------- exercise 1: split
 def test_split_placeholder_wrong_and_solution():
     for _ in range(RUNS):
         got = checks.pipeline_split(4)  # the placeholder: half of the layers
@@ -75,7 +75,7 @@ def test_split_placeholder_wrong_and_solution():
     assert "split must be an int" in repr(checks.pipeline_split("6"))
 
 
-# ---------------------------------------------------------------------------------- exercise 3: plan
+# ---------------------------------------------------------------------------------- exercise 2: plan
 PLANS = {
     "placeholder": {},
     "both column": {"up": ColwiseParallel(), "down": ColwiseParallel()},

@@ -13,8 +13,8 @@ __all__ = ["bytes_per_rank", "pipeline_split", "tensor_parallel_plan", "tp_verdi
 WAYS = ("DDP", "ZeRO-1", "FSDP")
 KINDS = ("parameters", "gradients", "optimizer")
 TOLERANCE = 0.01  # a prediction within 1 % of the measured mean per rank (Adam's 0-d step counters are extra)
-MICROBATCHES = 4  # exercise 2: GPipe with 4 micro-batches on 2 stages
-MARGIN = 0.03  # exercise 2: the bubble within 3 points of the balanced optimum (p - 1) / (m + p - 1)
+MICROBATCHES = 4  # exercise 1: GPipe with 4 micro-batches on 2 stages
+MARGIN = 0.03  # exercise 1: the bubble within 3 points of the balanced optimum (p - 1) / (m + p - 1)
 
 
 def _measured(measured: Any) -> dict[str, dict[str, float]]:
