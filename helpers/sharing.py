@@ -37,7 +37,9 @@ __all__ = [
     "grow_shared",
     "hold_many_tensors",
     "remove_segments_of",
-    "strategy_in_spawn_child",
+    "StrategyDataset",
+    "set_file_system",
+    "strategy_in_loader_workers",
     "early_exit_producer",
     "buffer_reuse",
     "is_shared_after_put",
@@ -74,12 +76,20 @@ def write_first_element(inbox: Any, outbox: Any) -> None:
     inbox.get()  # keep the object (and its shared memory) alive until the parent has looked
 
 
-def crossing(kind: str) -> dict[str, Any]:
-    """Send a tensor (torch queue) or a NumPy array (plain multiprocessing queue) to a child that writes
-    into it; report what the parent sees afterwards."""
+def crossing(kind: str, via: str | None = None) -> dict[str, Any]:
+    """Send a tensor or a NumPy array to a child that writes into it; report what the parent sees afterwards.
+
+    `via` picks the queue's module: "torch.multiprocessing" or "multiprocessing" (the standard library's);
+    by default a tensor goes through the first, a NumPy array through the second. Both pickle with the
+    standard library's ForkingPickler, on which `import torch` has registered torch's tensor reducers, so
+    a tensor is shared whichever module made the queue."""
     if kind not in ("tensor", "numpy"):
         raise ValueError(f"kind must be 'tensor' or 'numpy', got {kind!r}")
-    ctx = _ctx() if kind == "tensor" else default_context()
+    if via is None:
+        via = "torch.multiprocessing" if kind == "tensor" else "multiprocessing"
+    if via not in ("torch.multiprocessing", "multiprocessing"):
+        raise ValueError(f"via must be 'torch.multiprocessing', 'multiprocessing' or None, got {via!r}")
+    ctx = _ctx() if via == "torch.multiprocessing" else default_context()
     # The parent puts on a SimpleQueue (no feeder thread: the tensor is in shared memory when put()
     # returns) and waits on a Queue, whose get() takes a timeout.
     inbox, outbox = ctx.SimpleQueue(), ctx.Queue()
@@ -248,20 +258,25 @@ def _lower_fd_limit(headroom: int) -> tuple[int, int]:
     return soft, hard
 
 
-def hold_many_tensors(count: int = 200, headroom: int = 48, strategy: str | None = None, keep: Any = "tensor") -> str:
+def hold_many_tensors(
+    count: int = 200, headroom: int = 48, strategy: str | None = None, keep: Any = "tensor", plain: bool = False
+) -> str:
     """Receive `count` shared tensors in a process allowed only `headroom` more open files, keeping
     every one (or what `keep` returns for it).
 
     Under `file_descriptor` each received storage holds a file descriptor open while it lives. Run it
     under the watchdog (it changes this process's limits). keep="clone" keeps copies instead; a function
-    decides what to keep of each tensor (the exercise).
+    decides what to keep of each tensor (the exercise). `plain=True` uses the standard library's
+    `multiprocessing` queue and process instead of torch's: not a fix, since both pickle tensors alike.
     """
     positive_int("count", count)
     positive_int("headroom", headroom, minimum=16)
     if not callable(keep) and keep not in ("tensor", "clone"):
         raise ValueError(f"keep must be 'tensor', 'clone' or a function tensor -> kept, got {keep!r}")
+    if not isinstance(plain, bool):
+        raise TypeError(f"plain must be True or False, got {type(plain).__name__}")
     keeper = keep if callable(keep) else (lambda t: t.clone()) if keep == "clone" else (lambda t: t)
-    ctx = _ctx()
+    ctx = default_context() if plain else _ctx()
     queue, done = ctx.Queue(), ctx.Event()
     producer = ctx.Process(target=_produce_tensors, args=(queue, count, strategy, done))
     kept = []
@@ -310,19 +325,53 @@ def remove_segments_of(pid: int | None, folder: str = "/dev/shm") -> list[str]:
     return removed
 
 
-def _report_strategy(outbox: Any) -> None:
-    outbox.put(tmp.get_sharing_strategy())
+class StrategyDataset(torch.utils.data.Dataset):
+    """One item: the sharing strategy of the process that loads it. In a DataLoader worker that is the
+    strategy its batches are sent with: the workers are the senders."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> str:
+        return tmp.get_sharing_strategy()
 
 
-def strategy_in_spawn_child() -> dict[str, str]:
-    """Set file_system in this process, then ask a spawn child (run it under the watchdog)."""
+def set_file_system(worker_id: int) -> None:
+    """worker_init_fn: set the sharing strategy in each worker, the process that sends the batches."""
     tmp.set_sharing_strategy("file_system")
-    ctx = _ctx("spawn")
-    outbox = ctx.Queue()
-    child = ctx.Process(target=_report_strategy, args=(outbox,))
-    with running([child], timeout=_WAIT):
-        answer = outbox.get(timeout=_WAIT)
-    return {"this process": tmp.get_sharing_strategy(), "spawn child": answer}
+
+
+def strategy_in_loader_workers(start_methods: Sequence[str] = ("fork", "spawn")) -> dict[str, str]:
+    """Set file_system in this process (run it under the watchdog), then ask a DataLoader worker of each
+    start method (that exists here), and a spawn worker whose worker_init_fn sets it."""
+    from torch.utils.data import DataLoader
+
+    methods = [m for m in start_methods if m in tmp.get_all_start_methods()]
+    if not methods:
+        raise ValueError(f"start_methods must name a start method of this platform, got {start_methods!r}")
+    tmp.set_sharing_strategy("file_system")
+    report = {"this process": tmp.get_sharing_strategy()}
+    runs = [(m, None) for m in methods] + [(m, set_file_system) for m in methods if m != "fork"]
+    loaders = [
+        DataLoader(
+            StrategyDataset(),
+            batch_size=None,
+            num_workers=1,
+            multiprocessing_context=tmp.get_context(method),
+            worker_init_fn=init,
+            timeout=_WAIT,
+        )
+        for method, init in runs
+    ]
+    # Every iterator starts its worker at once, so the spawn workers import torch side by side, not in turn
+    iterators = [iter(loader) for loader in loaders]
+    try:
+        for (method, init), iterator in zip(runs, iterators, strict=True):
+            report[f"{method} worker" + (", worker_init_fn=set_file_system" if init else "")] = next(iterator)
+    finally:
+        del iterators  # ends the workers now, not at the next garbage collection
+        gc.collect()
+    return report
 
 
 # ---- producer lifetime, buffer reuse, queues ------------------------------------------------------

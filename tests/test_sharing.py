@@ -79,10 +79,32 @@ def test_dataloader_wraps_fd_exhaustion():
     assert outcome.error.startswith("RuntimeError: Too many open files.")
 
 
-def test_strategy_is_not_inherited_by_spawn_children():
-    outcome = watchdog.run(sharing.strategy_in_spawn_child, timeout=60)
-    assert outcome.value == {"this process": "file_system", "spawn child": "file_descriptor"}
+def test_strategy_reaches_fork_workers_not_spawn_workers_unless_worker_init_fn_sets_it():
+    """The workers send the batches; a spawn worker starts with the default (issue 31, point 12)."""
+    outcome = watchdog.run(sharing.strategy_in_loader_workers, timeout=60)
+    expected = {
+        "this process": "file_system",
+        "spawn worker": "file_descriptor",
+        "spawn worker, worker_init_fn=set_file_system": "file_system",
+    }
+    if "fork" in mp.get_all_start_methods():
+        expected["fork worker"] = "file_system"
+    assert outcome.value == expected
     assert torch.multiprocessing.get_sharing_strategy() == "file_descriptor"  # ran in the child only
+    with pytest.raises(ValueError, match="start_methods"):
+        sharing.strategy_in_loader_workers(start_methods=("thread",))
+
+
+def test_a_plain_multiprocessing_queue_shares_tensors_too():
+    """`import torch` registers its reducers on the standard library's ForkingPickler (issue 31, point 9)."""
+    report = sharing.crossing("tensor", via="multiprocessing")
+    assert report["shared after sending"] is True and report["parent sees the child's write"] is True
+    outcome = watchdog.run(sharing.hold_many_tensors, plain=True, timeout=30)
+    assert outcome.error.startswith("RuntimeError: received 0 items of ancdata")
+    with pytest.raises(ValueError, match="via"):
+        sharing.crossing("tensor", via="pickle")
+    with pytest.raises(TypeError, match="plain"):
+        sharing.hold_many_tensors(plain="yes")
 
 
 def test_producer_must_outlive_the_handoff():
