@@ -63,6 +63,7 @@ __all__ = [
     "worker_error",
     "optimizer_in_workers",
     "ddp_on_cpu",
+    "move_to",
     "softmax_into_cross_entropy",
     "spawn_arguments",
     "takes_rank_and_a",
@@ -912,6 +913,20 @@ def ddp_on_cpu(device_ids: list[int] | None) -> str:
             return f"wrapped; parameters on {next(model.parameters()).device}"
         except Exception as exc:  # noqa: BLE001
             return short_error(exc)
+
+
+def move_to(device: Any) -> str:
+    """Move a small model to `device` (an int such as a rank, a str or a `torch.device`) and return where
+    its weights are, or the error line. Run it in a child: on a machine with a GPU the move initialises
+    CUDA, and chapter 06's kernel keeps CUDA uninitialised because it forks again later (section 8)."""
+    import torch
+
+    if isinstance(device, bool) or not isinstance(device, int | str | torch.device):
+        raise TypeError(f"device must be an int, a str or a torch.device, got {type(device).__name__}")
+    try:
+        return f"on {torch.nn.Linear(2, 2).to(device).weight.device.type}"
+    except RuntimeError as exc:
+        return short_error(exc)
 
 
 def softmax_into_cross_entropy(steps: int = 100) -> dict[str, float]:

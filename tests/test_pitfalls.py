@@ -96,6 +96,14 @@ def test_dataloader_helpers():
     assert with_workers["error"].startswith("KeyError: Caught KeyError in DataLoader worker process 0")
 
 
+def test_move_to_reports_the_device_or_the_error():
+    import torch
+
+    assert pitfalls.move_to(torch.device("cpu")) == "on cpu" and pitfalls.move_to("cpu") == "on cpu"
+    if torch.accelerator.current_accelerator() is None:
+        assert pitfalls.move_to(0) == "RuntimeError: Cannot access accelerator device when none is available."
+
+
 def test_tutorial_pairs():
     result = pitfalls.softmax_into_cross_entropy(steps=100)
     assert result["logits: loss"] < result["softmax: loss"]
@@ -135,6 +143,8 @@ def test_spawn_arguments_leaves_no_error_file():
         (lambda: pitfalls.worker_error(-1), ValueError),
         (lambda: pitfalls.optimizer_in_workers("both"), ValueError),
         (lambda: pitfalls.ddp_on_cpu(0), TypeError),
+        (lambda: pitfalls.move_to(True), TypeError),
+        (lambda: pitfalls.move_to(1.5), TypeError),
         (lambda: pitfalls.softmax_into_cross_entropy(steps=0), ValueError),
         (lambda: pitfalls.spawn_arguments(pitfalls.takes_rank_and_a, nprocs=0), ValueError),
         (lambda: pitfalls.workers_by_reflex(ranks=0), ValueError),
