@@ -54,6 +54,13 @@ __all__ = [
     "spawn_dataset_sharing",
     "pin_memory_without_accelerator",
     "catch_warnings",
+    "SkipBadSamples",
+    "collate_skipping_none",
+    "aborted_epoch",
+    "aborted_epoch_in_private_tmp",
+    "BlasDataset",
+    "limit_blas_threads",
+    "blas_epoch_seconds",
 ]
 
 
@@ -682,3 +689,168 @@ def catch_warnings(fn: Callable[[], Any]) -> list[str]:
         warnings.simplefilter("always")
         fn()
     return [str(w.message) for w in caught]
+
+
+# ---- an epoch aborted by one bad sample, and the usual remedy -----------------------------------------
+
+
+class SkipBadSamples(Dataset):
+    """Wrap a dataset so that a sample whose loading raises one of `errors` becomes None instead of
+    ending the epoch: the usual remedy for a few corrupt files. Pair it with `collate_skipping_none`.
+
+    Only the errors named are caught (by default ValueError and OSError, what a corrupt or missing file
+    raises), so that a bug in the loading code still stops the run. A count of skipped samples would
+    have to be kept per worker: each worker holds its own copy of this object."""
+
+    def __init__(self, dataset: Dataset, errors: tuple[type[BaseException], ...] = (ValueError, OSError)) -> None:
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"dataset must be a torch Dataset, got {type(dataset).__name__}")
+        if (
+            not isinstance(errors, tuple)
+            or not errors
+            or not all(isinstance(e, type) and issubclass(e, Exception) for e in errors)
+        ):
+            raise TypeError(f"errors must be a non-empty tuple of exception classes, got {errors!r}")
+        self.dataset = dataset
+        self.errors = errors
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Any:
+        try:
+            return self.dataset[index]
+        except self.errors:
+            return None
+
+
+def collate_skipping_none(batch: list[Any]) -> Any:
+    """collate_fn: drop the samples marked bad (None) and collate the rest with torch's default; a batch
+    of bad samples only becomes None, which the training loop skips."""
+    from torch.utils.data import default_collate
+
+    if not isinstance(batch, list):
+        raise TypeError(f"batch must be a list of samples, got {type(batch).__name__}")
+    kept = [sample for sample in batch if sample is not None]
+    return default_collate(kept) if kept else None
+
+
+def _run_epoch(loader: DataLoader) -> None:
+    """A training loop's epoch, the plain way: `for batch in loader`."""
+    for _batch in loader:
+        pass
+
+
+def aborted_epoch(num_workers: int = 2, interval: float = 0.5, start_method: str | None = None) -> dict[str, float]:
+    """An epoch that one bad sample ends, written the plain way, and how long the loader then takes to
+    shut its workers down. Run it under the watchdog: it lowers DataLoader's join timeout.
+
+    The failed iterator is not exhausted, and it sits in a reference cycle, so nothing ends its workers
+    until the garbage collector runs. The collector finalizes the iterator's index queues first: each
+    finalizer tells the queue's feeder thread to finish, so the "stop" message that the iterator's
+    shutdown then puts on them is queued behind that end mark and never sent. So `_shutdown_workers`
+    (torch/utils/data/dataloader.py) waits out its join timeout for every worker,
+    `MP_STATUS_CHECK_INTERVAL` (5 s, in torch/utils/data/_utils/__init__.py), and terminates it; a
+    terminated worker leaves its `pymp-*` folder behind. Here that timeout is `interval` instead, so
+    the wait is short and its cause shows: about `num_workers * interval` seconds. `start_method` is the
+    workers' (None: the platform's default)."""
+    import torch.utils.data._utils as data_utils
+
+    positive_int("num_workers", num_workers)
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 5:
+        raise ValueError(f"interval must be a number of seconds in (0, 5], got {interval!r}")
+    data_utils.MP_STATUS_CHECK_INTERVAL = interval  # read by the shutdown at every call: join(timeout=...)
+    context = torch.multiprocessing.get_context(start_method) if start_method else None
+    loader = DataLoader(
+        FailingDataset(n=16, bad=3), batch_size=2, num_workers=num_workers, multiprocessing_context=context
+    )
+    try:
+        _run_epoch(loader)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("the epoch did not fail")
+    start = time.perf_counter()
+    gc.collect()  # what ends the failed iterator, sooner or later, in any program
+    return {"seconds": time.perf_counter() - start, "interval": float(interval), "workers": float(num_workers)}
+
+
+def aborted_epoch_in_private_tmp(num_workers: int = 2, interval: float = 0.5) -> tuple[dict[str, float], int]:
+    """`aborted_epoch` under the watchdog, in a child with a private temporary folder (removed afterwards):
+    (its report, how many entries the terminated workers left in that folder).
+
+    The child and its workers start by fork where it exists: a forkserver's workers would be children of a
+    server started with this process's temporary folder, and leave their folders there instead."""
+    from helpers.worker_deaths import in_private_tmp
+
+    method = "fork" if "fork" in torch.multiprocessing.get_all_start_methods() else "spawn"
+    return in_private_tmp(aborted_epoch, num_workers, interval, method, start_method=method)
+
+
+# ---- other libraries' thread pools inside workers -----------------------------------------------------
+
+
+class BlasDataset(Dataset):
+    """CPU-bound through NumPy's BLAS: each sample multiplies `size` x `size` matrices `products` times (a
+    feature transform, a whitening). Each sample also reports the thread counts of the process that
+    loaded it: torch's, and that of NumPy's BLAS as threadpoolctl reads it (None: no BLAS it can see)."""
+
+    def __init__(self, n: int = 32, size: int = 384, products: int = 4) -> None:
+        self.n = positive_int("n", n)
+        self.size = positive_int("size", size)
+        self.products = positive_int("products", products)
+        self.matrix = np.random.default_rng(0).standard_normal((self.size, self.size)) / math.sqrt(self.size)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        from threadpoolctl import threadpool_info
+
+        product = self.matrix
+        for _ in range(self.products):
+            product = product @ self.matrix
+        blas = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+        return {
+            "value": float(product[0, 0]),
+            "torch threads": torch.get_num_threads(),
+            "blas threads": blas[0] if blas else None,
+        }
+
+
+def limit_blas_threads(worker_id: int) -> None:
+    """worker_init_fn: one thread for NumPy's BLAS (OpenBLAS or MKL) in each worker, as DataLoader already
+    does for torch's own. threadpoolctl finds the BLAS libraries loaded in the process and calls their
+    set-threads function; OpenCV has its own: `cv2.setNumThreads(1)`."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+
+
+def blas_epoch_seconds(
+    limited: bool, num_workers: int = 2, n: int = 32, start_method: str | None = None
+) -> tuple[float, dict[str, Any]]:
+    """Seconds for one epoch of `BlasDataset(n)` on `num_workers` workers, from the first batch on (so
+    the workers' start-up is left out), with or without `limit_blas_threads`; and the first sample, whose
+    thread counts say what a worker ran with."""
+    positive_int("num_workers", num_workers)
+    if not isinstance(limited, bool):
+        raise TypeError(f"limited must be True or False, got {type(limited).__name__}")
+    context = torch.multiprocessing.get_context(start_method) if start_method else None
+    loader = DataLoader(
+        BlasDataset(n=n),
+        batch_size=None,
+        num_workers=num_workers,
+        multiprocessing_context=context,
+        worker_init_fn=limit_blas_threads if limited else None,
+        prefetch_factor=1,
+    )
+    iterator = iter(loader)
+    first = next(iterator)  # the workers have started
+    start = time.perf_counter()
+    for _sample in iterator:
+        pass
+    seconds = time.perf_counter() - start
+    del iterator
+    gc.collect()
+    return seconds, first

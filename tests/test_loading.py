@@ -213,3 +213,48 @@ def test_spawn_dataset_sharing_maps_the_tensor():
         "worker's tensor in shared memory": True,
         "parent's tensor shared after": True,
     }
+
+
+def test_skip_bad_samples_and_collate_skipping_none_finish_the_epoch():
+    """The usual remedy for an epoch that one bad sample would end (issue 31, point 13)."""
+    wrapped = loading.SkipBadSamples(loading.FailingDataset(n=8, bad=3))
+    assert len(wrapped) == 8 and wrapped[2] == 2 and wrapped[3] is None
+    loader = DataLoader(wrapped, batch_size=2, num_workers=2, collate_fn=loading.collate_skipping_none)
+    assert [b.tolist() for b in loader if b is not None] == [[0, 1], [2], [4, 5], [6, 7]]
+    assert loading.collate_skipping_none([None, None]) is None
+    with pytest.raises(ValueError):  # only the errors named are caught: anything else still stops the run
+        loading.SkipBadSamples(loading.FailingDataset(n=8, bad=3), errors=(KeyError,))[3]
+    with pytest.raises(TypeError, match="dataset"):
+        loading.SkipBadSamples([1, 2])
+    with pytest.raises(TypeError, match="errors"):
+        loading.SkipBadSamples(loading.FailingDataset(), errors=ValueError)
+    with pytest.raises(TypeError, match="batch"):
+        loading.collate_skipping_none((1, 2))
+
+
+def test_an_aborted_epoch_waits_out_the_join_timeout_of_every_worker():
+    """Shutdown of a failed iterator left to the collector: one join timeout per worker, then terminate,
+    and the terminated worker's pymp-* folder stays (issue 31, point 13)."""
+    report, left = loading.aborted_epoch_in_private_tmp(num_workers=1, interval=0.3)
+    assert report["seconds"] >= 0.3 and report["workers"] == 1
+    assert left >= 1
+    for bad in (0, 6, True, "1"):
+        with pytest.raises(ValueError, match="interval"):
+            loading.aborted_epoch(1, bad)
+
+
+def test_workers_cap_torch_threads_only_and_limit_blas_threads_caps_blas():
+    """DataLoader workers run torch with 1 thread but NumPy's BLAS with its default (issue 31, point 14)."""
+    from threadpoolctl import threadpool_info
+
+    blas = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    method = "fork" if "fork" in mp.get_all_start_methods() else None
+    seconds, default = loading.blas_epoch_seconds(False, 1, n=3, start_method=method)
+    _, limited = loading.blas_epoch_seconds(True, 1, n=3, start_method=method)
+    assert seconds >= 0 and default["torch threads"] == 1 and limited["torch threads"] == 1
+    assert default["blas threads"] == (blas[0] if blas else None)
+    assert limited["blas threads"] == (1 if blas else None)
+    with pytest.raises(TypeError, match="limited"):
+        loading.blas_epoch_seconds("yes")
+    with pytest.raises(ValueError, match="size"):
+        loading.BlasDataset(size=0)
