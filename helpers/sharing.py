@@ -559,11 +559,17 @@ def _train_and_log(rank: int, log: torch.Tensor, steps: int, lr: float) -> None:
 
 
 def shared_loss_log(workers: int = 3, steps: int = 30, lr: float = 0.05) -> torch.Tensor:
-    """Start `workers` processes that write their loss per step into one shared (workers x steps) tensor."""
+    """Start `workers` processes that write their loss per step into one shared (workers x steps) tensor.
+
+    They run backward, so fork, the platform's default, becomes spawn where a forked child's backward
+    would fail after one in this process (a CUDA build that sees a GPU: `helpers.hogwild.fork_breaks_autograd`;
+    `grad_after_crossing` runs one)."""
+    from helpers.hogwild import children_start_method
+
     positive_int("workers", workers)
     positive_int("steps", steps)
     log = torch.full((workers, steps), float("nan")).share_memory_()
-    ctx = _ctx()
+    ctx = _ctx(children_start_method())
     procs = [ctx.Process(target=_train_and_log, args=(rank, log, steps, lr)) for rank in range(workers)]
     with running(procs, timeout=_WAIT):
         pass

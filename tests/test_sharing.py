@@ -191,3 +191,16 @@ def test_fill_array_one_slot_per_process():
     assert sharing.fill_array(workers=3) == [0.0, 10.0, 20.0]
     with pytest.raises(ValueError, match="workers"):
         sharing.fill_array(workers=0)
+
+
+def test_shared_loss_log_children_are_not_forked_where_fork_breaks_autograd(monkeypatch):
+    """Its children run backward, after grad_after_crossing ran one here (issue 31, point 3)."""
+    seen = []
+    real = sharing._ctx
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(sharing, "_ctx", lambda method=None: seen.append(method) or real(method))
+    from helpers.environment import default_start_method
+
+    log = sharing.shared_loss_log(workers=1, steps=2)
+    default = default_start_method()
+    assert not torch.isnan(log).any() and seen == ["spawn" if default == "fork" else default]
