@@ -400,3 +400,30 @@ def test_diagnose_itself_run_by_a_python_without_its_packages_says_which_to_use(
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("diagnose: error: this interpreter"), done.stderr
     assert str(ROOT / ".venv" / "bin" / "python") in done.stderr or "course's environment" in done.stderr
+
+
+def test_a_torchrun_ranks_traceback_names_the_rank_not_the_main_process() -> None:
+    stderr = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/u/train.py", line 9, in main\n'
+        "[rank1]:     check(batch)\n"
+        "[rank1]: ValueError: bad batch\n"
+    )
+    found = deaths.diagnose_death(1, Facts([], 10, stderr, {}), {})
+    assert found.cause.startswith("rank 1 raised ValueError: bad batch in main (train.py:9); the launcher"), found.cause
+
+
+def test_the_same_lock_name_on_two_objects_is_not_a_lock_taken_twice(tmp_path: Path) -> None:
+    script = tmp_path / "nested.py"
+    script.write_text(
+        "class Node:\n    def visit(self):\n        with self.lock:\n            return self.child.visit()\n"
+    )
+    native = ("PyThread_acquire_lock_timed", "libpython3.11.so", 0)
+    frames = [native, ("Node.visit", str(script), 3), ("Node.visit", str(script), 4)]
+    proc = _proc(11, frames, forked=False, role="main process", threads_at_fork=None)
+    inner, outer = proc.threads[0].frames[1:]
+    inner.locals, outer.locals = {"self": "<Node at 0x1>"}, {"self": "<Node at 0x2>"}
+    assert patterns.lock_taken_twice(Facts([proc], 11, "", {})) is None
+    outer.locals = {"self": "<Node at 0x1>"}
+    found = patterns.lock_taken_twice(Facts([proc], 11, "", {}))
+    assert found is not None and found.cause.startswith("a lock taken twice: pid 11"), found

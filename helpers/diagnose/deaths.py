@@ -254,11 +254,13 @@ def rank_raised(code: int, facts: Facts) -> Finding | None:
     if failed is None:
         return None
     rank, error, frame = failed
-    launcher = "torch.multiprocessing.spawn" if _SPAWN_RAISED.search(facts.stderr) else "the job"
+    then = (
+        f"torch.multiprocessing.spawn ended the other rank(s) and {_who(facts)} re-raised it (exit code {code})"
+        if _SPAWN_RAISED.search(facts.stderr)
+        else f"the launcher ended the other rank(s) and exited with code {code}"
+    )
     return Finding(
-        f"rank {rank} raised {error or 'an error'}"
-        + (f" in {frame}" if frame else "")
-        + f"; {launcher} ended the other rank(s) and {_who(facts)} re-raised it (exit code {code})",
+        f"rank {rank} raised {error or 'an error'}" + (f" in {frame}" if frame else "") + f"; {then}",
         [f"stderr: rank {rank}'s traceback: {error[:200]}"],
         "Read that rank's traceback above (innermost frame last); run the function alone with nprocs=1 (or one "
         "rank) to debug it.",
@@ -278,9 +280,11 @@ def worker_killed(code: int, facts: Facts) -> Finding | None:
     first = killed[0]
     name = signal_name(-first.code)
     api = api_seen(facts)
-    role = {"DataLoader": "DataLoader worker", "Pool": "pool worker", "ProcessPoolExecutor": "executor worker"}.get(
-        api, "child process"
-    )
+    role = {
+        "DataLoader": "DataLoader worker",
+        "Pool": "pool worker",
+        "ProcessPoolExecutor": "ProcessPoolExecutor worker",
+    }.get(api, "child process")
     error = error_line(facts.stderr)
     return Finding(
         f"a {role} (pid {first.pid}) was killed by {name}: {_SIGNALS[name]}; then {_who(facts)} exited with code "

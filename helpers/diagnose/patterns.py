@@ -308,8 +308,10 @@ def _taken_before(proc: Proc, frame: Frame, line: str) -> tuple[Frame, str, bool
             again = _LOCK_EXPR.search(held)
             if again and (again.group(1) or again.group(2)) == expr:
                 head = expr.split(".")[0]
-                same = bool(frame.locals.get(head)) and frame.locals.get(head) == outer.locals.get(head)
-                return outer, held, same
+                inner_value, outer_value = frame.locals.get(head), outer.locals.get(head)
+                if inner_value and outer_value and inner_value != outer_value:
+                    continue  # the same name for two objects (py-spy's locals): not the same lock
+                return outer, held, bool(inner_value) and inner_value == outer_value
     return None
 
 

@@ -353,7 +353,7 @@ def ended(folder: Path) -> dict[int, Ended]:
     found = {}
     for path in folder.glob("ended-*.txt"):
         try:
-            parent, code, at = path.read_text().split()
+            parent, code, at = path.read_text().split()[:3]
             pid = int(path.stem.split("-", 1)[1])
             found[pid] = Ended(pid, int(parent), int(code), float(at))
         except (OSError, ValueError):

@@ -227,7 +227,7 @@ def _remove_leftovers(tree: Tree, shm_before: set[str]) -> None:
                     leftover.unlink()
     remove_orphans(shm_before)
     if tree.reader is not None:
-        tree.reader.join(2.0)
+        tree.reader.join(5.0)  # the rest of stderr (a loaded machine is slow to hand it over): the diagnosis reads it
 
 
 def still_running(tree: Tree) -> list[psutil.Process]:
