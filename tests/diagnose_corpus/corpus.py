@@ -124,12 +124,25 @@ def command(case: Case) -> list[str]:
     return inner
 
 
+@functools.lru_cache(maxsize=1)
+def private_shm() -> str:
+    """'' where a user and mount namespace with its own /dev/shm can be made here, else why not."""
+    if shutil.which("unshare") is None:
+        return "needs unshare (util-linux) for a private /dev/shm"
+    probe = ["unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=16m tmpfs /dev/shm"]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no private /dev/shm here ({exc})"
+    return "" if done.returncode == 0 else f"no private /dev/shm here: {done.stderr.strip()[:100]}"
+
+
 def can_run(case: Case) -> str:
     """Why the case cannot run here ('' when it can)."""
     if not case.reproduces:
         return case.fields["Reproduces"]
-    if case.fields.get("Wrap") == "shm" and shutil.which("unshare") is None:
-        return "needs unshare (util-linux) for a private /dev/shm"
+    if case.fields.get("Wrap") == "shm":
+        return private_shm()
     return ""
 
 
