@@ -438,16 +438,23 @@ def allocation_under_limit(
     return {"exit code": child.exitcode, "error": error}
 
 
-def _grow(go: Any, grown: Any, step_mb: int, max_mb: int) -> None:
+def _grow(go: Any, grown: Any, step_mb: int, max_mb: int, stepped: Any = None) -> None:
     """Process target: once `go` is released, grow by `step_mb` of touched memory at a time up to
-    `max_mb`, recording the total in `grown`. Paced, so that a watcher sees it grow."""
+    `max_mb`, recording the total in `grown`. In lock-step with a watcher: after each step it releases
+    `stepped` and waits for `go` again, so the watcher reads the memory after every step however busy
+    the machine is (with a fixed pace, a watcher descheduled for 70 ms missed the last seven steps)."""
     if not go.acquire(timeout=_WAIT):
         return
     chunks = []
     while grown.value + step_mb <= max_mb:
         chunks.append(b"\x01" * (step_mb * _MB))  # written, so the pages are really used
         grown.value += step_mb
-        time.sleep(0.01)
+        if stepped is None:
+            time.sleep(0.01)
+            continue
+        stepped.release()
+        if not go.acquire(timeout=_WAIT):
+            return
 
 
 def memory_cgroup_parent() -> str | None:
@@ -554,8 +561,8 @@ def oom_kill(limit_mb: int = 64, step_mb: int = 4, use_cgroup: bool = True, star
     positive_int("limit_mb", limit_mb, minimum=16)
     positive_int("step_mb", step_mb)
     ctx = mp_context(start_method)
-    go, grown = ctx.Semaphore(0), ctx.Value("i", 0, lock=False)
-    child = ctx.Process(target=_grow, args=(go, grown, step_mb, 4 * limit_mb))
+    go, stepped, grown = ctx.Semaphore(0), ctx.Semaphore(0), ctx.Value("i", 0, lock=False)
+    child = ctx.Process(target=_grow, args=(go, grown, step_mb, 4 * limit_mb, stepped))
     if not isinstance(use_cgroup, bool):
         raise TypeError(f"use_cgroup must be a bool, got {type(use_cgroup).__name__}")
     cgroup = _make_memory_cgroup(limit_mb) if use_cgroup else None
@@ -573,12 +580,14 @@ def oom_kill(limit_mb: int = 64, step_mb: int = 4, use_cgroup: bool = True, star
         go.release()
         deadline = time.monotonic() + _WAIT
         while child.is_alive() and time.monotonic() < deadline:
+            if not stepped.acquire(timeout=0.05):
+                continue  # still growing, or dead (the loop then ends)
             with contextlib.suppress(psutil.Error):
                 rss = watched.memory_info().rss - start_rss
                 readings.append(rss / _MB)
                 if cgroup is None and rss > limit_mb * _MB:
                     os.kill(child.pid, signal.SIGKILL)
-            child.join(0.01)
+            go.release()  # the next step
         if child.is_alive():
             child.kill()
         child.join(5)
