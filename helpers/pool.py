@@ -488,6 +488,7 @@ def collect_and_train(
     if way != "loop":
         from helpers.hogwild import children_start_method
 
+        mp_context(start_method)  # a ValueError naming start_method for a method this platform lacks
         start_method = children_start_method(start_method)
     torch.manual_seed(0)
     model = torch.nn.Linear(_FEATURES, 1, bias=False)
