@@ -266,11 +266,14 @@ def fork_breaks_autograd(devices: int | None = None) -> bool:
     with a GPU, one backward on *CPU* tensors in this process is enough (pytorch/pytorch#32835, #41639).
     A CPU build, or an empty `CUDA_VISIBLE_DEVICES`, reports no device: nothing is armed, fork is safe.
 
+    The engine takes the largest count of any such device type, so Apple's MPS (one device) arms it too.
     `devices` stands in for the count (the tests pass one); by default `torch.cuda.device_count()`,
-    which asks NVML and so does not initialise CUDA in this process (that would poison fork too).
+    which asks NVML and so does not initialise CUDA in this process (that would poison fork too), plus 1
+    where MPS is available.
     """
     if devices is None:
-        devices = torch.cuda.device_count()
+        mps = getattr(torch.backends, "mps", None)
+        devices = torch.cuda.device_count() + int(mps is not None and mps.is_available())
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 0:
         raise ValueError(f"devices must be a device count >= 0 or None, got {devices!r}")
     return devices > 0
