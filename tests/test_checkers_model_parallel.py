@@ -55,9 +55,23 @@ def test_bytes_placeholder_wrong_and_solution(measured):
         checks.bytes_per_rank(solution_bytes(n), None)
 
 
-def test_predicted_bytes_is_the_solution(measured):
+def test_bytes_hints_follow_the_direction_of_the_error(measured):
     n = measured[0]["sharded"]["parameter bytes"] // 4
-    assert checks.bytes_per_rank(mpar.predicted_bytes(n), measured)
+    whole = 4 * n
+    fsdp_unsharded = _bytes((whole, whole, 2 * whole), (whole, whole, whole), (whole, whole // 2, whole))  # 2x
+    zero_halves_params = _bytes((whole, whole, 2 * whole), (whole // 2, whole, whole), (whole // 2, whole // 2, whole))
+    fsdp_quarter = _bytes((whole, whole, 2 * whole), (whole, whole, whole), (whole // 4, whole // 2, whole))
+    for _ in range(RUNS):
+        got = repr(checks.bytes_per_rank(fsdp_unsharded, measured))
+        assert got.startswith("Not yet") and "FSDP parameters" in got and "shards them over the 2 ranks" in got, got
+        got = repr(checks.bytes_per_rank(zero_halves_params, measured))
+        assert got.startswith("Not yet") and "ZeRO-1 does not shard the parameters" in got, got
+        got = repr(checks.bytes_per_rank(fsdp_quarter, measured))
+        assert got.startswith("Not yet") and "a half, not less" in got, got
+
+
+def test_pipeline_split_names_its_verdict_a_model():
+    assert "counted FLOPs" in repr(checks.pipeline_split(6))
 
 
 # --------------------------------------------------------------------------------- exercise 1: split

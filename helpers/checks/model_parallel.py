@@ -48,19 +48,39 @@ def bytes_per_rank(answer: Any, measured: Any) -> Verdict:
         return verdict(True, "every prediction is within 1 % of the bytes measured per rank.", "")
     way, kind = wrong[0]
     got, want = answer[way][kind], truth[way][kind]
-    hint = {
+    ratio = f"{got / want:.2g}x the measured value" if want else "not the measured value"
+    return verdict(False, "", f"{way} {kind}: your {got:,.0f} bytes is {ratio}. {_bytes_hint(way, kind, got, want)}")
+
+
+SHARDED = {"DDP": (), "ZeRO-1": ("optimizer",), "FSDP": KINDS}  # what each way shards over the ranks
+
+
+def _bytes_hint(way: str, kind: str, got: float, want: float) -> str:
+    """A hint chosen by the direction of the error: twice the truth means the learner forgot a sharding,
+    half means they sharded what is whole here, or (optimizer) counted one of Adam's two moments."""
+    ratio = got / want if want else 0.0
+    if abs(ratio - 2) <= 0.1:
+        return f"{way} shards them over the 2 ranks: each rank holds half."
+    if abs(ratio - 0.5) <= 0.05:
+        if kind == "optimizer":
+            return "Adam keeps two moments per parameter (exp_avg and exp_avg_sq), each as large as the parameters."
+        if kind in SHARDED[way]:
+            return f"{way} shards them over 2 ranks: a shard is a half, not less."
+        return f"{way} does not shard the {kind}: every rank holds all of them."
+    if ratio and kind in SHARDED[way] and abs(ratio - 0.25) <= 0.03:
+        return f"{way} shards them over 2 ranks: a shard is a half, not less."
+    return {
         "parameters": "4 bytes per float32 parameter; which way shards the parameters themselves?",
         "gradients": "one gradient per parameter; ZeRO-1 shards only the optimizer state.",
         "optimizer": "Adam keeps two moments per parameter (exp_avg and exp_avg_sq).",
     }[kind]
-    ratio = f"{got / want:.2g}x the measured value" if want else "not the measured value"
-    return verdict(False, "", f"{way} {kind}: your {got:,.0f} bytes is {ratio}. {hint}")
 
 
 def pipeline_split(split: Any) -> Verdict:
     """Exercise: `split` (the number of layers of stage 0) cuts `UNBALANCED` into 2 pipeline stages; the
     bubble of GPipe with 4 micro-batches, from each stage's work counted in floating-point operations,
-    must come within 3 points of the balanced optimum. Counting, not timing: the same verdict always."""
+    must come within 3 points of the balanced optimum. Counting, not timing, on purpose: the same verdict
+    on a busy machine as on an idle one (`helpers.model_parallel.time_split` times a split beside it)."""
     from helpers.model_parallel import UNBALANCED, bubble_formula, gpipe_bubble, stage_flops
 
     if split is None:
@@ -73,12 +93,17 @@ def pipeline_split(split: Any) -> Verdict:
     best = bubble_formula(2, MICROBATCHES)
     share = flops[0] / sum(flops)
     if bubble <= best + MARGIN:
-        return verdict(True, f"bubble {bubble:.3f}, optimum {best:.3f}: stage 0 does {share:.0%} of the work.", "")
+        return verdict(
+            True,
+            f"bubble {bubble:.3f} from counted FLOPs, optimum {best:.3f}: stage 0 does {share:.0%} of the work.",
+            "",
+        )
     more = "more" if flops[0] < flops[1] else "fewer"
     return verdict(
         False,
         "",
-        f"bubble {bubble:.3f}, optimum {best:.3f}: stage 0 does {share:.0%} of the work; give it {more} layers "
+        f"bubble {bubble:.3f} from counted FLOPs, optimum {best:.3f}: stage 0 does {share:.0%} of the work; "
+        f"give it {more} layers "
         "(the last two layers are wider: count their work, not their number).",
     )
 
