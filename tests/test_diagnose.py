@@ -333,6 +333,17 @@ def test_busy_is_slow_not_hung_and_idle_is_not() -> None:
     assert patterns.diagnose_hang(Facts([busy], 10, "", {}))[0].cause.startswith("probably slow, not hung")
     idle = _proc(10, [("<module>", "/u/x.py", 3)], forked=False, role="main process", cpu=0.0)
     assert patterns.diagnose_hang(Facts([idle], 10, "", {})) == []
+    # on a loaded machine the half-second sample can catch a running script between time slices (seen in
+    # make test: 0 %); its share over its life still says it runs, while a waiting one stays idle
+    between_slices = _proc(10, [("<module>", "/u/x.py", 3)], idle=False, forked=False, role="main process", cpu=0.02)
+    between_slices.cpu_life = 0.35
+    found = patterns.diagnose_hang(Facts([between_slices], 10, "", {}))
+    assert found and found[0].cause.startswith("probably slow, not hung")
+    assert "35 % over its life" in found[0].evidence[0]
+    between_slices.cpu_life = 0.04
+    assert patterns.diagnose_hang(Facts([between_slices], 10, "", {})) == []
+    waited = _proc(10, [("<module>", "/u/x.py", 3)], forked=False, role="main process", cpu=0.0, cpu_life=0.9)
+    assert patterns.diagnose_hang(Facts([waited], 10, "", {})) == []  # worked, then waits: not "slow"
 
 
 def test_a_pool_worker_reaped_with_an_exit_code_is_a_death_mid_task() -> None:

@@ -850,11 +850,13 @@ def slow_not_hung(facts: Facts) -> Finding | None:
     busy = [p for p in facts.procs if p.cpu is not None and p.cpu >= 0.5]
     active = thread is not None and thread.idle is False
     # on a loaded machine a running process gets only part of a core: py-spy's "active" (its main thread is
-    # on the CPU or waiting for one, not asleep) with some CPU used says running too
-    if main not in busy and not (active and (main.cpu is None or main.cpu >= 0.1)):
+    # on the CPU or waiting for one, not asleep) with some CPU used, now or over its life, says running too
+    shares = [x for x in (main.cpu, main.cpu_life) if x is not None]
+    if main not in busy and not (active and (not shares or max(shares) >= 0.1)):
         return None
     evidence = [
         f"{p.label()} used {100 * p.cpu:.0f} % of a core while diagnose watched it"
+        + (f" ({100 * p.cpu_life:.0f} % over its life)" if p.cpu_life is not None else "")
         for p in sorted({q.pid: q for q in [*busy, main]}.values(), key=lambda q: q.pid)
         if p.cpu is not None
     ]

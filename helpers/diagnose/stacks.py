@@ -78,6 +78,7 @@ class Proc:
     role: str = ""
     rank: int | None = None
     cpu: float | None = None  # share of one core it used while diagnose watched (sample_cpu), 0..n
+    cpu_life: float | None = None  # share of one core over its whole life so far (sample_cpu), 0..n
     threads_at_fork: int | None = None  # its parent's threads when it forked (sitecustomize's note)
     threads: list[Thread] = field(default_factory=list)
     source: str = ""  # "py-spy", "py-spy (no native frames)", "faulthandler", or ""
@@ -306,12 +307,13 @@ def sample_cpu(procs: list[Proc], seconds: float = 0.5) -> None:
     """How busy each process is now: CPU time used over `seconds`, as a share of one core (a slow
     script runs near 1.0; a hung one waits near 0)."""
 
-    def cpu_of(pid: int) -> float | None:
+    def cpu_of(pid: int) -> tuple[float, float] | None:
         try:
-            times = psutil.Process(pid).cpu_times()
+            process = psutil.Process(pid)
+            times = process.cpu_times()
+            return times.user + times.system, process.create_time()
         except psutil.Error:
             return None
-        return times.user + times.system
 
     before = {p.pid: cpu_of(p.pid) for p in procs}
     started = time.monotonic()
@@ -319,7 +321,11 @@ def sample_cpu(procs: list[Proc], seconds: float = 0.5) -> None:
     elapsed = time.monotonic() - started
     for proc in procs:
         now, then = cpu_of(proc.pid), before.get(proc.pid)
-        proc.cpu = None if now is None or then is None else max(0.0, (now - then) / elapsed)
+        proc.cpu = None if now is None or then is None else max(0.0, (now[0] - then[0]) / elapsed)
+        # on a loaded machine half a second can catch a running process between time slices: its
+        # whole life says more (a hung one spent most of its life waiting)
+        alive = None if now is None else time.time() - now[1]
+        proc.cpu_life = None if now is None or not alive or alive <= 0 else now[0] / alive
 
 
 _FORK_NOTE = re.compile(r"^# pid (\d+) ppid \d+ forked with (\d+) thread")
