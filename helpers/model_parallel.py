@@ -344,13 +344,7 @@ def by_hand_reference(steps: int = BY_HAND["steps"]) -> dict[str, Any]:
     model = make_mlp(widths)
     optimizer = torch.optim.SGD(model.parameters(), lr=BY_HAND["lr"])
     x, y = data(BY_HAND["batch"], widths[0], widths[-1])
-    losses = []
-    for _ in range(steps):
-        optimizer.zero_grad()
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = _train(model, optimizer, x, y, steps)
     halves = split_layers(model, 2)
     return {"losses": losses, "states": [{k: v.clone() for k, v in h.state_dict().items()} for h in halves]}
 
