@@ -164,11 +164,15 @@ def test_fsdp_state_bytes_figure_counts_half_the_state_per_rank():
 
 
 def test_pipeline_speedup_figure_has_the_pipeline_limit():
-    fig = bench.FIGURES["pipeline_speedup"](microbatches=2, repeats=1)
+    fig = bench.FIGURES["pipeline_speedup"](microbatches=2, repeats=1, layers=2)
     assert fig.limit == pytest.approx(2 * 2 / 3) and fig.floor == pytest.approx(0.7 * fig.limit) and fig.ratio > 0
     assert {"pipeline_s", "single_s", "single_all_threads_s", "faster", "microbatches", "bubble_formula"} <= set(
         fig.details
     )
+    assert fig.details["layers"] == 2
+    for bad in (3, 0):
+        with pytest.raises(ValueError, match="layers"):
+            bench.FIGURES["pipeline_speedup"](layers=bad)
 
 
 def test_chapter_09_figures_are_registered():
