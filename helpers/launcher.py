@@ -301,16 +301,20 @@ def _exit_text(exitcode: int | None) -> str:
 
 
 def _join_all(
-    context: Any, timeout: float, on_timeout: Callable[[], None], give_up: Callable[[], bool]
+    context: Any, timeout: float, on_timeout: Callable[[], None], failed: Callable[[], list[int]]
 ) -> list[int | None]:
     """Wait for every rank to end on its own (no stopping the others when one fails, unlike
     `ProcessContext.join`), for `timeout` seconds in all; then call `on_timeout`, kill what is left and
-    raise `TimeoutError`. Once `give_up()` is true, kill what is left at once instead."""
+    raise `TimeoutError`. Once `failed()` names ranks whose setup failed, the others would only wait for
+    them: let the failed ranks finish exiting (they are raising: their exit code is the report), then
+    stop the rest at once."""
     from multiprocessing.connection import wait
 
     deadline = time.monotonic() + timeout
     while (alive := [p for p in context.processes if p.is_alive()]) and time.monotonic() < deadline:
-        if give_up():
+        if ranks := failed():
+            for rank in ranks:  # it wrote its note just before raising; its own exit follows
+                context.processes[rank].join(max(0.0, min(_FAILED_RANK_EXIT_S, deadline - time.monotonic())))
             return stop(context.processes, timeout=0)
         wait([p.sentinel for p in alive], timeout=min(0.05, max(0.0, deadline - time.monotonic())))
     hung = any(process.is_alive() for process in context.processes)
@@ -320,6 +324,9 @@ def _join_all(
     if hung:
         raise TimeoutError(f"spawned processes still running after {timeout:g} s")
     return codes
+
+
+_FAILED_RANK_EXIT_S = 10.0  # a rank between its setup-failed note and its exit only writes torch's error file
 
 
 def _dump_stacks(context: Any, hung: list[int], outdir: str) -> None:
@@ -543,13 +550,13 @@ def _launch_once(
             sock.close()  # every rank has its own copy now; rank 0 serves on it
     hung: list[int] = []
     on_timeout = functools.partial(_stop_hung, context, hung, outdir)
-    setup_failed = functools.partial(glob.glob, os.path.join(outdir, "*.setup-failed"))
+    setup_failed = functools.partial(_setup_failed_ranks, outdir)
     try:
         if failures == "raise":
             join_spawned(context, timeout, on_timeout)
             codes: list[int | None] = [0] * world_size
         else:  # a rank whose setup failed leaves the others waiting for it: stop them
-            codes = _join_all(context, timeout, on_timeout, give_up=lambda: bool(setup_failed()))
+            codes = _join_all(context, timeout, on_timeout, failed=setup_failed)
     except (tmp.ProcessRaisedException, tmp.ProcessExitedException) as exc:
         if retry and setup_failed():
             raise _SetupFailed(str(exc)) from exc
@@ -575,6 +582,12 @@ def _launch_once(
         if codes[rank] != 0:
             results[rank]["exit"] = _exit_text(codes[rank])
     return results
+
+
+def _setup_failed_ranks(outdir: str) -> list[int]:
+    """The ranks that failed to join the group (each wrote `rank<r>.setup-failed`, see `rank_main`)."""
+    names = glob.glob(os.path.join(outdir, "rank*.setup-failed"))
+    return sorted(int(os.path.basename(n)[len("rank") : -len(".setup-failed")]) for n in names)
 
 
 def describe_error(exc: BaseException) -> str:

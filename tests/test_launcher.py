@@ -359,6 +359,27 @@ def test_launch_raises_or_reports_a_third_gloo_setup_failure(monkeypatch, tmp_pa
     assert time.monotonic() - started < 10
 
 
+class _SlowToExit(RuntimeError):
+    """A setup failure whose rank takes a while between its setup-failed note (the first `str`) and its
+    exit (torch's wrapper formats the traceback): the window in which the launcher once stopped the
+    failed rank itself and reported 'killed by SIGTERM' instead of its exit code."""
+
+    calls = 0
+
+    def __str__(self) -> str:
+        type(self).calls += 1
+        if type(self).calls > 1:
+            time.sleep(1.0)
+        return "Gloo connectFullMesh failed with [pair.cc:1] no error"
+
+
+@needs_fork
+def test_launch_reports_a_failed_rank_by_its_own_exit_even_when_it_exits_slowly(monkeypatch, tmp_path):
+    _flaky_setup(monkeypatch, tmp_path, failing_starts=3, error=_SlowToExit())
+    got = launcher.launch([_rank_and_size], 2, start_method="fork", failures="report", timeout=20)
+    assert got[1] == {"exit": "exit code 1"} and got[0] == {"exit": "killed by SIGTERM"}
+
+
 @needs_fork
 def test_launch_threads_and_env():
     def probe(rank, world_size):
