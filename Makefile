@@ -30,6 +30,7 @@ $(STAMP): requirements.txt pyproject.toml tools/install_torch.py helpers/kernel.
 	$(BIN)/python -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e . \
 	  || $(BIN)/python -m pip install --disable-pip-version-check --no-deps -e .
 	$(BIN)/python -m helpers.kernel
+	@$(BIN)/python tools/install_torch.py --report
 	@touch $(STAMP)
 
 lab: $(STAMP)

@@ -29,6 +29,7 @@ import nbformat
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
+FIGURES = "figures"  # notebooks/figures: the course's diagrams (helpers.diagrams)
 MARKER = "README.md"  # written into every edition; a folder without it is not ours to replace
 NOTE = (
     "**Solution:** not in this learner edition; your instructor has it. Edit the placeholder cell above, "
@@ -163,6 +164,8 @@ def build(
         shutil.rmtree(out)
     out.mkdir(parents=True)
     (out / MARKER).write_text(README)
+    if (source / FIGURES).is_dir():  # the pictures the markdown cells show, by relative path
+        shutil.copytree(source / FIGURES, out / FIGURES)
     written = []
     for path in notebooks:
         target = out / path.name

@@ -83,6 +83,16 @@ def test_unreachable_index_falls_back_quickly_with_a_notice(stub_python, capsys,
     err = capsys.readouterr().err
     assert "notice: PyTorch's CPU package index" in err and "cannot be reached" in err
     assert not log.exists()  # pip was not run with the unreachable index: requirements.txt installs torch
+    assert "CUDA build of several GB" not in err  # it says what happens, not what might
+
+
+def test_report_names_the_build_installed(tmp_path):
+    assert install_torch.build_installed(sys.executable).startswith("installed torch 2.13.0")
+    assert "the CPU build" in install_torch.build_installed(sys.executable)
+    missing = tmp_path / "python"
+    missing.write_text("#!/bin/sh\nexit 1\n")
+    missing.chmod(0o755)
+    assert "torch is not installed" in install_torch.build_installed(str(missing))
 
 
 def test_reachable_index_installs_torch_alone_from_it(stub_python, tmp_path, capsys, monkeypatch):

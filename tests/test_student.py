@@ -38,6 +38,11 @@ def test_every_notebook_is_written_with_a_readme(edition):
     assert "make student" in (edition / student.MARKER).read_text()
 
 
+def test_the_edition_shows_the_same_pictures(edition):
+    stored = sorted(p.name for p in (student.NOTEBOOKS / student.FIGURES).glob("*"))
+    assert sorted(p.name for p in (edition / student.FIGURES).glob("*")) == stored
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_solutions_become_notes_and_everything_else_stays(edition, path):
     original, learner = _cells(path), _cells(edition / path.name)

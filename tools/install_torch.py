@@ -9,7 +9,8 @@ the rest of requirements.txt then finds it already satisfied (`torch==2.13.0` ad
 The index is probed first with a short time-out: pip itself would retry an unreachable index for about
 8 s per package, and its exit code does not tell "installed from the index" from "found elsewhere" (a
 local wheel folder in pip's configuration). When the index cannot be reached, a one-line notice says so
-and nothing is installed here: requirements.txt then installs torch the ordinary way.
+and nothing is installed here: requirements.txt then installs torch the ordinary way. Either way,
+`--report` (run by `make setup` at its end) names the torch build that was installed.
 
 Standard library only: it runs before anything else is installed.
 """
@@ -78,8 +79,8 @@ def main(python: str = sys.executable, environ: dict[str, str] | None = None) ->
         return 0
     if not index_reachable(index):
         print(
-            f"notice: PyTorch's CPU package index ({index}) cannot be reached; installing torch the ordinary "
-            "way (from PyPI that is a CUDA build of several GB on Linux x86_64)",
+            f"notice: PyTorch's CPU package index ({index}) cannot be reached; torch comes with requirements.txt "
+            "from pip's configured index instead (the build installed is named once the install is done)",
             file=sys.stderr,
         )
         return 0
@@ -88,5 +89,19 @@ def main(python: str = sys.executable, environ: dict[str, str] | None = None) ->
     return subprocess.run(cmd, check=False).returncode
 
 
+def build_installed(python: str) -> str:
+    """One line naming the torch that `python` imports: its version and whether it is a CPU or CUDA build."""
+    code = "import torch; print(torch.__version__, torch.version.cuda or '')"
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return "torch is not installed (or does not import); run `make setup` again and read pip's errors"
+    version, _, cuda = done.stdout.strip().partition(" ")
+    kind = f"a CUDA {cuda} build" if cuda else "the CPU build"
+    return f"installed torch {version}: {kind}"
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--report"]:  # after requirements.txt: say what was installed, not what might be
+        print(build_installed(sys.executable))
+        sys.exit(0)
     sys.exit(main())
