@@ -13,6 +13,7 @@ interpreter reads (JupyterLab's python3 kernel, nbval with --nbval-current-env, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -23,9 +24,32 @@ KERNEL_CLASS = "helpers.kernel.CourseKernel"
 
 
 class CourseKernel(IPythonKernel):
-    """IPythonKernel whose language_info does not depend on the interpreter's minor or micro version."""
+    """IPythonKernel whose language_info does not depend on the interpreter's minor or micro version, and
+    whose shutdown does not wait on multiprocessing's helper processes."""
 
     language_info = {**IPythonKernel.language_info, "version": str(sys.version_info[0])}
+
+    async def _at_shutdown(self) -> None:
+        stop_multiprocessing_helpers()
+        await super()._at_shutdown()
+
+
+def stop_multiprocessing_helpers() -> None:
+    """Stop the resource tracker (and a forkserver) the way multiprocessing itself does at exit.
+
+    Why: once a kernel has used spawn or forkserver, multiprocessing's resource tracker runs as the
+    kernel's child, and it ignores SIGTERM by design (it must outlive a killed parent to clean up after
+    it). At shutdown ipykernel sends its children SIGTERM with waits of 0.01 to 10 s between rounds, and
+    only then SIGKILL, so a kernel that ran one spawn Pool took seconds to half a minute to shut down
+    (a SIGKILLed tracker also never unlinks what a crashed child leaked). Closing the tracker's pipe is
+    its normal stop: it cleans up and exits at once."""
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)):
+        stop = getattr(helper, "_stop", None)  # Python 3.11.5+ / 3.12; older ones keep ipykernel's way
+        if stop is not None:
+            with contextlib.suppress(Exception):  # shutting down: never let this block the rest
+                stop()
 
 
 def config_path(prefix: str | Path = sys.prefix) -> Path:

@@ -1,9 +1,11 @@
 import json
+import subprocess
 import sys
 
 import pytest
 from ipykernel.ipkernel import IPythonKernel
 
+from helpers import kernel
 from helpers.kernel import KERNEL_CLASS, CourseKernel, config_path, install
 
 
@@ -43,3 +45,22 @@ def test_install_rejects_bad_input(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(ValueError, match="JSON object"):
         install(tmp_path)
+
+
+def test_shutdown_stops_the_resource_tracker_without_signals():
+    """A kernel that used spawn has a resource tracker child that ignores SIGTERM; the course kernel stops
+    it the way multiprocessing does (closing its pipe), so shutdown does not wait out ipykernel's rounds."""
+    code = """
+import multiprocessing as mp, psutil
+from multiprocessing import resource_tracker
+from helpers import kernel
+with mp.get_context("spawn").Pool(1) as pool:
+    pool.map(abs, [1])
+tracker = psutil.Process(resource_tracker._resource_tracker._pid)
+kernel.stop_multiprocessing_helpers()
+print("tracker gone:", not tracker.is_running() or tracker.status() == psutil.STATUS_ZOMBIE)
+print("children left:", len(psutil.Process().children()))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split("\n")[:2] == ["tracker gone: True", "children left: 0"], done.stderr
+    assert "CourseKernel" in kernel.KERNEL_CLASS and hasattr(kernel.CourseKernel, "_at_shutdown")
