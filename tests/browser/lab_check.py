@@ -10,7 +10,9 @@ would all pass it. This script starts JupyterLab from .venv as `make lab` does (
 to 127.0.0.1 on a free port, with a token; its settings, workspaces, checkpoints and runtime files go to
 a temporary folder and autosave is off, so no notebook file is written), opens every notebook in
 Chromium, driven by Playwright, and checks:
-- opened without running: stored outputs and plots render, every solution cell is collapsed, no error or
+- opened without running: every diagram loads, every "Under the hood" aside is collapsed and opens with
+  one click, an animated diagram's stepper changes its picture when stepped; stored outputs and plots
+  render, every solution cell is collapsed, no error or
   stderr output shows, no widget's stale text fallback shows, checker cells show their stored verdicts,
   and no unsaved-changes dot appears once the kernel has started;
 - the notebooks with widgets or progress bars (at least 01 and 04), after Run All and an idle kernel: no
@@ -463,6 +465,68 @@ def _check_images_load(report: Report, name: str, page) -> None:
     report.check(not broken, f"{name}: every plot decodes to an image", f"images {broken} of {images.count()}")
 
 
+RUN_CELL_JS = r"""
+async ([path, index]) => {
+  const app = window.jupyterapp;
+  const panel = Array.from(app.shell.widgets('main')).find(w => w.context && w.context.path === path);
+  app.shell.activateById(panel.id);
+  panel.content.activeCellIndex = index;
+  await app.commands.execute('notebook:run-cell');
+}
+"""
+
+STEPPER = re.compile(r"diagrams\.stepper\(")
+
+
+def _stepper_image(page, cell):
+    return cell.locator(".jp-OutputArea-output .jupyter-widgets img").first
+
+
+def check_pictures_and_asides(report: Report, name: str, page, path: Path) -> None:
+    """Issue 38 as a learner sees it: every diagram a markdown cell shows loads; every "Under the hood"
+    aside is collapsed until its summary is clicked, then shows its text; an animated diagram's stepper,
+    once its cell runs, changes the picture when its slider moves."""
+    cells = json.loads(path.read_text())["cells"]
+    markdown = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    wanted = markdown.count("](figures/")
+    pictures = page.locator(".jp-RenderedMarkdown img[src*='figures/']")
+    broken = []
+    for i in range(pictures.count()):
+        picture = pictures.nth(i)
+        picture.scroll_into_view_if_needed(timeout=10_000)
+        if not picture.evaluate("img => img.decode().then(() => img.naturalWidth > 0, () => false)"):
+            broken.append(picture.get_attribute("src"))
+    report.check(
+        pictures.count() == wanted and not broken,
+        f"{name}: {wanted} diagrams shown, each loads",
+        f"{pictures.count()} shown, broken: {broken}",
+    )
+    asides = page.locator(".jp-RenderedMarkdown details")
+    report.check(asides.count() == markdown.count("<details"), f"{name}: {asides.count()} asides rendered as <details>")
+    if asides.count():
+        aside = asides.first
+        aside.scroll_into_view_if_needed(timeout=10_000)
+        body = aside.locator(":scope > :not(summary)").first
+        closed = not aside.evaluate("d => d.open") and not body.is_visible()
+        aside.locator("summary").click()
+        page.wait_for_timeout(300)
+        opened = aside.evaluate("d => d.open") and body.is_visible() and bool(body.inner_text().strip())
+        report.check(closed and opened, f"{name}: an aside is collapsed, and one click on its summary shows its text")
+        aside.locator("summary").click()
+    for index in [i for i, c in enumerate(cells) if c["cell_type"] == "code" and STEPPER.search("".join(c["source"]))]:
+        cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+        page.evaluate(RUN_CELL_JS, [name, index])
+        image = _stepper_image(page, cell)
+        image.wait_for(timeout=INTERACT_TIMEOUT * 1000)
+        first = image.get_attribute("src")
+        cell.locator(".noUi-handle, .widget-slider input, [role=slider]").first.focus()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(1500)
+        report.check(
+            image.get_attribute("src") != first, f"{name}: cell {index}'s stepper changes the picture when stepped"
+        )
+
+
 def check_opened(report: Report, name: str, page) -> dict:
     """What a learner sees on opening the notebook, before running anything."""
     time.sleep(1.0)  # the kernel's language_info reaches the model right after its info reply
@@ -637,6 +701,8 @@ def check_notebook(report: Report, lab: Lab, context, path: Path, run_all: bool)
         page.evaluate(KERNEL_INFO_JS, name)
         check_opened(report, name, page)
         _screenshot(page, SCREENSHOTS / f"{stem}-opened.png", ".jp-InputPlaceholder")
+        check_pictures_and_asides(report, name, page, path)
+        _screenshot(page, SCREENSHOTS / f"{stem}-pictures.png", ".jp-RenderedMarkdown img[src*='figures/']")
         if run_all:
             check_after_run_all(report, name, page)
             _screenshot(page, SCREENSHOTS / f"{stem}-after-run-all.png", ".jp-OutputArea-output .jupyter-widgets")
