@@ -172,7 +172,15 @@ def notebook_facts(path: Path, elsewhere: str = "") -> dict:
     widgets = sum(
         1 for c in cells if c["cell_type"] == "code" and not c.get("outputs") and INTERACT_CALL.search(_source(c))
     )
-    return {"images": images, "solutions": solutions, "own_lines": own_lines, "widgets": widgets}
+    markdown = "\n".join(_source(c) for c in cells if c["cell_type"] == "markdown")
+    return {
+        "images": images,
+        "solutions": solutions,
+        "own_lines": own_lines,
+        "widgets": widgets,
+        "diagrams": markdown.count("](figures/"),
+        "asides": markdown.count("<details"),
+    }
 
 
 def _chapters() -> list[Path]:
@@ -283,6 +291,7 @@ def check_notebook_page(report: lab_check.Report, page, seen: Visit, facts: dict
             f"{name}: each of its {facts['widgets']} widgets stored without output shows the note instead",
             f"{notes} notes",
         )
+    check_pictures_and_asides(report, page, facts, name)
     solutions = page.evaluate(SOLUTIONS_JS)
     shown = [i for i, s in enumerate(solutions) if s["open"] or s["codeShown"]]
     report.check(
@@ -305,6 +314,42 @@ def check_notebook_page(report: lab_check.Report, page, seen: Visit, facts: dict
         f"{name}: a click opens each solution and shows its code",
         f"opened {[s['open'] and s['codeShown'] for s in opened]}",
     )
+
+
+DIAGRAMS_JS = r"""
+() => Array.from(document.querySelectorAll('article img')).filter(i => /\/\d\d-[\w-]+\.(svg|gif)$/.test(i.src))
+  .map(i => ({src: i.src, alt: i.alt, loaded: i.complete && i.naturalWidth > 0}))
+"""
+ASIDE = "article details:not(.hide)"  # the solutions' collapsibles are details.hide
+
+
+def check_pictures_and_asides(report: lab_check.Report, page, facts: dict, name: str) -> None:
+    """The chapter's diagrams load, with their alt text; its "Under the hood" asides are collapsed and one
+    click on a summary shows the aside's text (issue 38)."""
+    pictures = page.evaluate(DIAGRAMS_JS)
+    bad = [p["src"] for p in pictures if not p["loaded"] or not p["alt"]]
+    report.check(
+        len(pictures) == facts["diagrams"] and not bad,
+        f"{name}: its {facts['diagrams']} diagrams load, each with alt text",
+        f"{len(pictures)} shown; not loaded or without alt: {bad}",
+    )
+    asides = page.locator(ASIDE)
+    closed = asides.evaluate_all("ds => ds.every(d => !d.open)")
+    report.check(
+        asides.count() == facts["asides"] and closed,
+        f"{name}: its {facts['asides']} asides are collapsed",
+        f"{asides.count()} asides, all closed: {closed}",
+    )
+    if asides.count():
+        aside = asides.first
+        body = aside.locator(":scope > :not(summary)").first
+        hidden = not body.is_visible()
+        aside.locator(":scope > summary").click()
+        page.wait_for_timeout(200)
+        report.check(
+            hidden and body.is_visible() and bool(body.inner_text().strip()),
+            f"{name}: one click on an aside's summary shows its text",
+        )
 
 
 def check_search(report: lab_check.Report, page, root: str) -> None:
