@@ -45,6 +45,7 @@ __all__ = [
     "count_syncs",
     "accumulate_plain",
     "accumulate_no_sync",
+    "track_held_samples",
     "accumulation_rank",
     "count_plain",
     "count_no_sync",
@@ -69,6 +70,10 @@ __all__ = [
     "missing_one",
     "missing_zero",
     "lonely_rank",
+    "desync",
+    "flight_records",
+    "side_by_side",
+    "fr_trace",
     "zero_memory",
     "epoch_batches",
     "new_training",
@@ -181,6 +186,31 @@ def accumulate_no_sync(ddp: Any, batches: Sequence[tuple[torch.Tensor, torch.Ten
     (nn.functional.mse_loss(ddp(x), y) / len(batches)).backward()  # all-reduces the sum of all k
 
 
+def track_held_samples(module: Any) -> dict[str, int]:
+    """Measure what accumulation is for, memory: a forward keeps its activations until the backward has
+    gone through them. Hooks on `module` count the samples of every forward whose output still waits
+    for its gradient (`held`), the most at any moment (`peak`) and the largest single forward
+    (`largest`). Accumulating k micro-batches of `size` right holds `size` samples at a time; one forward
+    over all of them, or k forwards before one backward, holds k times as many."""
+    state = {"held": 0, "peak": 0, "largest": 0}
+
+    def after_forward(mod, args, output):  # noqa: ANN001, ANN202
+        if not isinstance(output, torch.Tensor) or not output.requires_grad:
+            return
+        rows = output.shape[0] if output.dim() else 1
+        state["held"] += rows
+        state["peak"] = max(state["peak"], state["held"])
+        state["largest"] = max(state["largest"], rows)
+
+        def released(grad):  # noqa: ANN001, ANN202
+            state["held"] -= rows
+
+        output.register_hook(released)
+
+    module.register_forward_hook(after_forward)
+    return state
+
+
 def accumulation_rank(
     rank: int, world_size: int, accumulate: Callable[..., Any] | None = None, k: int = 4, size: int = 8, steps: int = 2
 ) -> dict[str, Any]:
@@ -195,6 +225,7 @@ def accumulation_rank(
     accumulate = accumulate or accumulate_no_sync
     ddp = DDP(make_model())
     counter = count_syncs(ddp)
+    held = track_held_samples(ddp.module)
     per_step = []
     out: dict[str, Any] = {}
     for step in range(steps):
@@ -205,6 +236,7 @@ def accumulation_rank(
         except Exception as exc:  # noqa: BLE001 - a learner's function may raise anything
             return {"error": short_error(exc)}
         per_step.append({key: counter[key] - before[key] for key in counter})
+        out.update(peak_held=held["peak"], largest_forward=held["largest"], size=size)
         if step == 0:
             got = _flat_grad(ddp.module)
             single = make_model()
@@ -659,6 +691,109 @@ def lonely_rank(timeout: float = 2.0) -> dict[str, Any]:
             return {"error": short_error(exc), "seconds": time.monotonic() - started}
         dist.destroy_process_group()
     return {"error": "", "seconds": time.monotonic() - started}
+
+
+# ------------------------------------------------------------------------------ 7. the Flight Recorder
+FR_FIELDS = ("collective_seq_id", "profiling_name", "input_sizes")
+
+
+def desync(rank: int, world_size: int, steps: int = 4, every: int = 2, timeout: float = 2.0) -> dict[str, Any]:
+    """A training loop with a rank-dependent bug, on a group of its own with a `timeout`-second limit.
+    Every step all-reduces 8 gradients; every `every` steps rank 0 broadcasts a stop flag of 2 numbers.
+    Rank 1 counts its steps from 1, so it broadcasts one step early: from then on the two ranks call
+    different collectives. When the mismatched call times out, each rank dumps its Flight Recorder
+    (turned on by `TORCH_FR_BUFFER_SIZE`, read when the group is made) and returns its records."""
+    import pickle
+
+    import torch.distributed as dist
+
+    group = dist.new_group(timeout=datetime.timedelta(seconds=timeout))
+    grads, flag = torch.ones(8), torch.zeros(2)
+    out: dict[str, Any] = {"error": "", "step": None}
+    try:
+        for step in range(steps):
+            dist.all_reduce(grads, group=group)
+            counted = step + 1 if rank == 1 else step  # the bug: rank 1 counts from 1
+            if counted % every == every - 1:
+                dist.broadcast(flag, src=0, group=group)
+    except Exception as exc:  # noqa: BLE001 - the timeout is the result
+        out.update(error=short_error(exc), step=step)
+    dump = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+    name = dist.distributed_c10d._get_process_group_name(group)
+    out["records"] = [{k: e[k] for k in FR_FIELDS} for e in dump["entries"] if e["process_group"][0] == name]
+    out["dump"] = {**dump, "entries": [e for e in dump["entries"] if e["process_group"][0] == name]}
+    out["group"] = name
+    return out
+
+
+def flight_records(timeout: float = 2.0, steps: int = 4, every: int = 2) -> dict[int, dict[str, Any]]:
+    """Run `desync` on 2 ranks with the Flight Recorder on (`TORCH_FR_BUFFER_SIZE=100` in the ranks'
+    environment before the group exists) and return each rank's result, records included."""
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    options = {
+        "desync": {
+            "timeout": float(timeout),
+            "steps": positive_int("steps", steps),
+            "every": positive_int("every", every),
+        }
+    }
+    results = launch([desync], 2, env={"TORCH_FR_BUFFER_SIZE": "100"}, kwargs=options, timeout=60, failures="report")
+    return {rank: results[rank]["desync"] for rank in sorted(results)}
+
+
+def side_by_side(results: dict[int, dict[str, Any]]) -> list[str]:
+    """The ranks' records as rows: sequence number, then each rank's operation and input sizes, and
+    whether they match. A rank with fewer records never reached that collective."""
+    ranks = sorted(results)
+    longest = max(len(results[r]["records"]) for r in ranks)
+    rows = ["seq  " + "".join(f"rank {r:<22}" for r in ranks) + "same?"]
+    for i in range(longest):
+        cells = []
+        for r in ranks:
+            records = results[r]["records"]
+            if i < len(records):
+                e = records[i]
+                cells.append(f"{e['profiling_name'].split(':')[-1]} {e['input_sizes']}")
+            else:
+                cells.append("(never reached)")
+        seq = next(results[r]["records"][i]["collective_seq_id"] for r in ranks if i < len(results[r]["records"]))
+        rows.append(f"{seq:<5}" + "".join(f"{c:<27}" for c in cells) + str(len(set(cells)) == 1))
+    return rows
+
+
+def fr_trace(results: dict[int, dict[str, Any]], timeout: float = 60.0) -> list[str]:
+    """Write each rank's dump into a folder as `rank_<r>` and run torch's analyser on it, as you would
+    on a job's dumps: `python -m torch.distributed.flight_recorder.fr_trace <folder>`. Returns its
+    report's lines, up to the stack trace (which holds this machine's paths).
+
+    One repair first: on gloo, torch 2.13's dump lists the group under an empty name in `pg_config`
+    while its records name it (e.g. '1'), and the analyser then stops with a KeyError; the group's
+    entry is filled in from the records, with the ranks that took part."""
+    import pickle
+
+    with tempfile.TemporaryDirectory(prefix="fr-") as folder:
+        for rank, result in results.items():
+            dump = dict(result["dump"])
+            name = result["group"]
+            if name not in dump.get("pg_config", {}):
+                desc = dump["entries"][0]["process_group"][1] if dump["entries"] else ""
+                dump["pg_config"] = {name: {"name": name, "desc": desc, "ranks": str(sorted(results))}}
+            with open(os.path.join(folder, f"rank_{rank}"), "wb") as f:
+                pickle.dump(dump, f)
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", folder],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    lines = []
+    for line in (done.stdout + done.stderr).splitlines():
+        if "stack trace" in line:
+            break
+        if line.strip() and "tabulate" not in line:
+            lines.append(clean(line))
+    return lines
 
 
 # --------------------------------------------------------------------------------- 9. what comes next

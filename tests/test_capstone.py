@@ -2,7 +2,9 @@
 accuracy, the seeding mistake shows in the draws, and bad arguments are refused by name. Tiny sizes:
 no waits, a light decode."""
 
+import os
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -103,3 +105,23 @@ def test_corrupt_record_is_refused():
 def test_ddp_sees_the_whole_budget():
     ddp = capstone.train_ddp(replace(FAST, batch_size=8), world_size=2)
     assert ddp["samples"] == 128 and ddp["world_size"] == 2 and ddp["accuracy"] is not None
+
+
+# ------------------------------------------------------------------------------ the chapter's example script
+EXAMPLE = Path(capstone.__file__).resolve().parents[1] / "examples" / "08_fast_training.py"
+
+
+def test_example_script_trains_to_the_target_and_leaves_nothing_behind(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--samples", "1024"],
+        capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    accuracy = float(done.stdout.strip().splitlines()[-1].rsplit(" ", 1)[1].rstrip("%"))
+    assert accuracy >= capstone.TARGET_ACCURACY, done.stdout
+    assert "1024 samples in" in done.stdout
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor")] == []

@@ -51,7 +51,7 @@ def _assert_all(verdicts, ok, words):
     [
         (None, False, "set my_lr"),
         (capstone.ORIGINAL.lr, False, "fewer steps"),  # the typical wrong answer: unscaled
-        (capstone.ORIGINAL.lr * 2, False, "fewer steps"),  # square-root scaling: reaches the target, not the rule
+        (capstone.ORIGINAL.lr * 2, False, "not the linear scaling rule"),  # square-root scaling: reaches the target
         (capstone.ORIGINAL.lr * 4 * 25, False, "linear scaling rule"),  # reaches the target by luck
         (5.0, False, "overshoots"),
         (capstone.ORIGINAL.lr * 4, True, "reaches"),
@@ -80,8 +80,8 @@ def test_a_rate_25_times_the_scaled_one_does_reach_the_target():
     "job, ok, words",
     [
         (None, False, "set my_second_job"),
-        (capstone.SecondJob(), False, "nothing yet"),  # the unedited placeholder: the original job
-        (capstone.SecondJob(num_workers=2), False, "only num_workers=2"),  # only adding workers
+        (capstone.SecondJob(), False, "still the original job"),  # the unedited placeholder: the original job
+        (capstone.SecondJob(num_workers=2), False, "you added 2 workers"),  # only adding workers: measured
         (capstone.SecondJob(prepare=_same_work), False, "needed"),  # measured: the same work, renamed
         (capstone.SecondJob(prepare=_half_the_batch), False, "rows"),
         (capstone.SecondJob(prepare=_skip_in_training), False, "samples reached"),

@@ -43,6 +43,56 @@ def not_divided(ddp, batches):
     torch.nn.functional.mse_loss(ddp(x_last), y_last).backward()
 
 
+def one_big_forward(ddp, batches):
+    """Same gradient and one all-reduce, but one forward over all micro-batches: no memory saved."""
+    x = torch.cat([b[0] for b in batches])
+    y = torch.cat([b[1] for b in batches])
+    torch.nn.functional.mse_loss(ddp(x), y).backward()
+
+
+def summed_losses(ddp, batches):
+    """One all-reduce and the right gradient, but every micro-batch's graph is alive until one backward."""
+    loss = sum(torch.nn.functional.mse_loss(ddp(x), y) for x, y in batches) / len(batches)
+    loss.backward()
+
+
+def syncs_first(ddp, batches):
+    """The backward outside no_sync comes first: it all-reduces one micro-batch, the rest stays local."""
+    (x0, y0), *rest = batches
+    (torch.nn.functional.mse_loss(ddp(x0), y0) / len(batches)).backward()
+    with ddp.no_sync():
+        for x, y in rest:
+            (torch.nn.functional.mse_loss(ddp(x), y) / len(batches)).backward()
+
+
+def zero_grad_between(ddp, batches):
+    """Zeroes .grad before each micro-batch: only the last one's gradient is left."""
+    *first, (x_last, y_last) = batches
+    with ddp.no_sync():
+        for x, y in first:
+            ddp.zero_grad()
+            (torch.nn.functional.mse_loss(ddp(x), y) / len(batches)).backward()
+    ddp.zero_grad()
+    (torch.nn.functional.mse_loss(ddp(x_last), y_last) / len(batches)).backward()
+
+
+WRONG = [
+    (one_big_forward, "one forward ran on 32 samples"),
+    (summed_losses, "held the activations of 32 samples"),
+    (syncs_first, "must be the last one"),
+    (zero_grad_between, "no zero_grad in between"),
+    (not_divided, "divide each loss"),
+]
+
+
+@needs_fork
+@pytest.mark.parametrize("fn, words", WRONG, ids=[fn.__name__ for fn, _ in WRONG])
+def test_no_sync_plausible_wrong_answers_are_refused_for_the_real_reason(fn, words):
+    for _ in range(3):
+        verdict = checks.no_sync_accumulation(fn)
+        assert not verdict and repr(verdict).startswith("Not yet") and words in repr(verdict), repr(verdict)
+
+
 @needs_fork
 def test_no_sync_placeholder_is_never_accepted():
     for _ in range(RUNS):
@@ -66,8 +116,6 @@ def test_no_sync_solution_is_always_accepted():
 
 @needs_fork
 def test_no_sync_other_mistakes():
-    verdict = checks.no_sync_accumulation(not_divided)
-    assert not verdict and "divide each loss" in repr(verdict)
     verdict = checks.no_sync_accumulation(lambda ddp, batches: 1 / 0)
     assert not verdict and "ZeroDivisionError" in repr(verdict)
 
@@ -99,6 +147,21 @@ def repeats_epoch(path, model, optimizer):
     return snapshot["epoch"]
 
 
+def model_only_right_epoch(path, model, optimizer):
+    """The epoch is right, the optimizer's momentum is not restored."""
+    snapshot = torch.load(path, weights_only=True)
+    model.load_state_dict(snapshot["model"])
+    return snapshot["epoch"] + 1
+
+
+def float_epoch(path, model, optimizer):
+    """Everything restored, but the epoch comes back as a float."""
+    snapshot = torch.load(path, weights_only=True)
+    model.load_state_dict(snapshot["model"])
+    optimizer.load_state_dict(snapshot["optimizer"])
+    return float(snapshot["epoch"] + 1)
+
+
 def solution_resume(path, model, optimizer):
     snapshot = torch.load(path, weights_only=True)
     model.load_state_dict(snapshot["model"])
@@ -108,7 +171,12 @@ def solution_resume(path, model, optimizer):
 
 @pytest.mark.parametrize(
     "fn, words",
-    [(placeholder_resume, "load snapshot['model']"), (model_only, "momentum is lost")],
+    [
+        (placeholder_resume, "load snapshot['model']"),
+        (model_only, "momentum is lost"),
+        (model_only_right_epoch, "momentum is lost"),
+        (float_epoch, "an int"),
+    ],
 )
 def test_resume_wrong_answers_are_never_accepted(fn, words):
     for _ in range(RUNS):

@@ -315,3 +315,67 @@ def test_no_sync_saving_figure_small():
     figure = dp.no_sync_saving(k=2, steps=1, repeats=1, width=64)
     assert figure.floor == 1.3 and figure.limit == 2 and figure.ratio > 0
     assert set(figure.details) >= {"s_per_step_plain", "s_per_step_no_sync", "start_method", "load"}
+
+
+# ------------------------------------------------------------------------------ memory in accumulation
+def test_track_held_samples_sees_graphs_kept_alive():
+    model = torch.nn.Linear(4, 2)
+    held = dp.track_held_samples(model)
+    for x, y in dp.micro_batches(3, 5):  # forward, backward, forward, ...: one micro-batch at a time
+        torch.nn.functional.mse_loss(model(x), y).backward()
+    assert held["peak"] == 5 and held["held"] == 0 and held["largest"] == 5
+    losses = [torch.nn.functional.mse_loss(model(x), y) for x, y in dp.micro_batches(3, 5)]
+    sum(losses).backward()  # every graph alive until the one backward
+    assert held["peak"] == 15 and held["held"] == 0
+
+
+# ------------------------------------------------------------------------------ the Flight Recorder
+def test_side_by_side_marks_the_first_difference_and_a_missing_record():
+    rec = lambda seq, op, size: {"collective_seq_id": seq, "profiling_name": f"gloo:{op}", "input_sizes": [[size]]}  # noqa: E731
+    results = {
+        0: {"records": [rec(1, "all_reduce", 8), rec(2, "all_reduce", 8)]},
+        1: {"records": [rec(1, "all_reduce", 8)]},
+    }
+    rows = dp.side_by_side(results)
+    assert rows[1].endswith("True") and "(never reached)" in rows[2] and rows[2].endswith("False")
+
+
+def test_flight_recorder_names_the_desync_on_gloo():
+    records = dp.flight_records(timeout=2.0)
+    assert all(records[r]["error"] for r in records)  # both ranks timed out in the mismatched call
+    ops = {r: [e["profiling_name"] for e in records[r]["records"]] for r in records}
+    assert ops[0][:2] == ["gloo:all_reduce", "gloo:all_reduce"] and ops[1][:2] == ["gloo:all_reduce", "gloo:broadcast"]
+    report = "\n".join(dp.fr_trace(records))
+    assert "COLLECTIVE_TYPE_MISMATCH" in report and "Collective sequence number: 2" in report
+    with pytest.raises(ValueError, match="timeout"):
+        dp.flight_records(timeout=0)
+
+
+# ------------------------------------------------------------------------------ the chapter's example script
+EXAMPLE = dp.SCRIPT.parents[2] / "examples" / "07_ddp_snapshots.py"
+
+
+def test_example_script_trains_under_torchrun_snapshots_and_resumes(tmp_path):
+    import importlib.util
+    import subprocess
+
+    snapshot = tmp_path / "snap.pt"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               "--max-restarts=0", str(EXAMPLE), "--snapshot", str(snapshot), "--epochs", "2"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("epoch")]
+    assert [line.split(":")[0] for line in lines] == ["epoch 0", "epoch 1"]
+    losses = [float(line.rsplit(" ", 1)[1]) for line in lines]
+    assert losses[1] < losses[0]  # it learns
+    spec = importlib.util.spec_from_file_location("example07", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    assert example.load_snapshot(str(snapshot), model, optimizer) == 2  # a restart would begin at epoch 2
+    assert optimizer.state_dict()["state"], "the momentum buffers come back too"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(("torchelastic_", "torchinductor"))) == [
+        "snap.pt"
+    ]  # no temporary snapshot left behind; torchrun's own folders stay inside TMPDIR, removed with it
