@@ -1,6 +1,7 @@
 """The course's explanatory pictures, drawn by code so they can be regenerated, restyled and reviewed.
 
-Each chapter's pictures live in a module of their own (`ch00.py`, `ch01.py`, ...), as functions registered
+Each chapter's pictures live in a module of their own (`ch00.py`, `ch01.py`, ...; `course.py` has the
+README's), as functions registered
 with `@figure` (a still picture, stored as SVG) or `@animation` (a picture in steps, stored as an animated
 GIF for the website and stepped through with `stepper` in JupyterLab, where motion is the lesson). The
 stored files in `notebooks/figures/` are what markdown cells show, so a notebook and the website show them
@@ -78,7 +79,7 @@ def animation(name: str, alt: str, steps: int) -> Callable[[Callable], Callable]
 def registry() -> dict[str, Diagram]:
     """Every diagram of every chapter module, by name (importing the modules registers them)."""
     for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("ch"):
+        if info.name.startswith("ch") or info.name == "course":
             importlib.import_module(f"{__name__}.{info.name}")
     return dict(sorted(_REGISTRY.items()))
 
