@@ -2,6 +2,7 @@
 (20 runs each), the solution gets "Correct" every time, and bad input is refused clearly."""
 
 import multiprocessing as mp
+import sys
 
 import pytest
 import torch
@@ -29,6 +30,9 @@ def placeholder_threads_per_process(processes, cores):
         lambda p, c: c,  # oversubscribes
         lambda p, c: 1 / 0,
         lambda p, c: max(1.0, c / p),  # a float
+        lambda p, c: max(1, round(c / p)),  # rounds 8 / 3 up to 3: 9 threads on 8 cores
+        lambda p, c: max(1, -(-c // p)),  # the ceiling: oversubscribes whenever the split is uneven
+        lambda p, c: str(max(1, c // p)),  # a string
     ],
 )
 def test_threads_per_process_wrong_answers(fn):
@@ -48,6 +52,25 @@ def test_fork_safe_settings_placeholder_and_bad_values():
     assert verdicts(checks.fork_safe_settings, None, None) == {"Not"}
     assert not checks.fork_safe_settings("thread", 2)
     assert not checks.fork_safe_settings("spawn", 1)
+
+
+@pytest.mark.parametrize(
+    ("method", "threads", "reason"),
+    [
+        ("spawn", 64, "oversubscribes"),  # right after the oversubscription lesson
+        ("spawn", 1000, "oversubscribes"),
+        ("spawn", "2", "whole number"),  # a string, not "use at least 2 threads"
+        ("spawn", 2.0, "whole number"),
+        (["spawn"], 2, "must be a string"),
+        ("Spawn", 2, "must be one of"),
+        ("spawn", True, "whole number"),
+    ],
+)
+def test_fork_safe_settings_wrong_values_name_the_reason(method, threads, reason):
+    results = {repr(checks.fork_safe_settings(method, threads)) for _ in range(RUNS)}
+    assert len(results) == 1
+    (result,) = results
+    assert result.startswith("Not yet") and reason in result, result
 
 
 @pytest.fixture
@@ -137,6 +160,47 @@ def test_main_guard_script_global_switch_is_not_yet():
 
 def test_main_guard_script_solution():
     assert verdicts(checks.main_guard_script, SOLUTION_SCRIPT, timeout=60) == {"Correct:"}
+
+
+# Prints the right list without any pool: the exercise's goal (a spawn pool that works) is not met.
+NO_POOL_SCRIPT = """
+print("results:", [x * x for x in range(4)])
+"""
+
+# Switches to fork and drops nothing else: runs on Linux, breaks where spawn is the default (macOS, Windows).
+FORK_NO_GUARD_SCRIPT = """
+import multiprocessing as mp
+
+def square(x):
+    return x * x
+
+with mp.get_context("fork").Pool(2) as pool:
+    print("results:", pool.map(square, range(4)))
+"""
+
+# Guarded, but the pool uses the platform's default start method: forked on Linux up to Python 3.13.
+DEFAULT_CONTEXT_SCRIPT = """
+import multiprocessing as mp
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    with mp.Pool(2) as pool:
+        print("results:", pool.map(square, range(4)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "reason"),
+    [(NO_POOL_SCRIPT, "no Pool workers"), (FORK_NO_GUARD_SCRIPT, "forked"), (DEFAULT_CONTEXT_SCRIPT, "forked")],
+    ids=["no-pool", "fork-no-guard", "default-context"],
+)
+def test_main_guard_script_answers_that_dodge_the_spawn_pool(script, reason):
+    if script is DEFAULT_CONTEXT_SCRIPT and sys.version_info >= (3, 14) or sys.platform != "linux":
+        pytest.skip("a script's default start method is fork only on Linux up to Python 3.13")
+    results = [repr(checks.main_guard_script(script, timeout=60)) for _ in range(5)]
+    assert [r for r in results if not r.startswith("Not yet") or reason not in r] == []
 
 
 def test_main_guard_script_other_answers():
