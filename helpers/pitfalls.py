@@ -74,6 +74,8 @@ __all__ = [
     "SCRIPTS",
     "write_script",
     "safe_get_trial",
+    "SLOW_SEND",
+    "CRASH_AFTER",
 ]
 
 _WAIT = 30.0  # bound for any get/join that is expected to succeed (a spawn child importing torch is slow)
@@ -559,10 +561,6 @@ def shm_exhaustion(timeout: float = 60.0) -> dict[str, Any] | None:
 
 # ---- 8. accelerators and fork: autograd's device threads --------------------------------------------
 
-# Device types whose backward work runs on the CPU's ready queue, in the thread that called backward():
-# the engine starts no thread for them (`should_run_in_cpu_ready_queue` in torch/csrc/autograd/engine.cpp).
-_CPU_QUEUE_DEVICES = frozenset({"cpu", "meta", "lazy"})
-
 
 def autograd_device_threads(device_counts: Mapping[str, int]) -> int:
     """How many device threads autograd's engine starts at the first backward of a process, given how many
@@ -575,7 +573,8 @@ def autograd_device_threads(device_counts: Mapping[str, int]) -> int:
     that makes every backward of a child forked later raise "Unable to handle autograd's threading in
     combination with fork-based multiprocessing". So a result above 0 means: after any backward in this
     process, CPU tensors too, a forked child cannot run backward. Pure logic, so it can be tested on a
-    machine without a GPU.
+    machine without a GPU. CPU, meta and lazy tensors do not count: their backward runs in the thread that
+    called it (`should_run_in_cpu_ready_queue` in engine.cpp).
     """
     if not isinstance(device_counts, Mapping):
         raise TypeError(f"device_counts must be a mapping of device type to count, got {type(device_counts).__name__}")
@@ -585,7 +584,7 @@ def autograd_device_threads(device_counts: Mapping[str, int]) -> int:
             raise TypeError(f"device_counts' keys must be device types (str), got {kind!r}")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"device_counts[{kind!r}] must be an int >= 0, got {count!r}")
-        if kind not in _CPU_QUEUE_DEVICES:
+        if kind not in ("cpu", "meta", "lazy"):  # their backward runs in the calling thread: no device thread
             counts.append(count)
     return max(counts, default=0)
 
@@ -594,7 +593,8 @@ def accelerator_device_counts() -> dict[str, int]:
     """The accelerator this torch was built with and how many of its devices are visible (`{}` for a CPU
     build), asked in a way that does not initialise CUDA: `torch.accelerator.device_count()` asks NVML
     first on CUDA, so it does not poison a later fork, as `torch.cuda.is_available()` would. An empty
-    `CUDA_VISIBLE_DEVICES`, set before torch first touches CUDA, makes the count 0."""
+    `CUDA_VISIBLE_DEVICES`, set before torch first touches CUDA, makes a CUDA build's count 0 (it does not
+    hide another backend's devices, such as MPS)."""
     import torch
 
     accelerator = torch.accelerator.current_accelerator()
@@ -604,7 +604,8 @@ def accelerator_device_counts() -> dict[str, int]:
 def child_backward_breaks_after_fork() -> bool:
     """True when, in this torch on this machine, a backward in a process (on any tensors) breaks the
     backward of the children it forks afterwards: a CUDA build on a machine with a GPU, MPS on Apple
-    silicon, any accelerator with a device. False for a CPU build, or with `CUDA_VISIBLE_DEVICES=""`."""
+    silicon, any accelerator with a device. False for a CPU build; `CUDA_VISIBLE_DEVICES=""` makes it False on a
+    CUDA machine only (it hides CUDA devices, not MPS)."""
     return autograd_device_threads(accelerator_device_counts()) > 0
 
 
@@ -870,31 +871,40 @@ def _steps(rank: int, model: Any, optimizer: Any, build_own: bool) -> None:
 
 
 def optimizer_in_workers(build_in: str) -> dict[str, bool]:
-    """Two workers train a shared model; the SGD-with-momentum optimizer is built in the parent and
-    passed to them (`build_in="parent"`, as some tutorials do) or built by each worker ("worker").
-    Either way the momentum buffers are created inside each worker, privately: the parent's optimizer
-    never gets any state. Fork where that is safe (fast start), else spawn (`_autograd_context`: the
-    workers run backward); under spawn the optimizer is pickled, with the same result."""
+    """Two workers train a shared model with SGD with momentum. The optimizer is built in the parent and
+    passed to them (`build_in="parent"`, as some tutorials do, believing that shares it), built by each
+    worker ("worker": says what really happens), or built in the parent with its momentum buffers created
+    there and moved to shared memory before the workers start ("shared": what sharing the state takes, as in
+    notebook 03's exercise). Only "shared" gives the parent's optimizer the workers' momentum: otherwise
+    each worker creates its buffers lazily, privately, at its first step. Fork where that is safe (fast
+    start), else spawn (`_autograd_context`: the workers run backward); under spawn the optimizer is
+    pickled, with the same result."""
     import torch
 
-    if build_in not in ("parent", "worker"):
-        raise ValueError(f"build_in must be 'parent' or 'worker', got {build_in!r}")
+    if build_in not in ("parent", "worker", "shared"):
+        raise ValueError(f"build_in must be 'parent', 'worker' or 'shared', got {build_in!r}")
     with _no_empty_inductor_cache_left():  # building an optimizer imports torch._dynamo
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 1)
         model.share_memory()
         before = model.weight.detach().clone()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        if build_in == "shared":  # create the state now, in shared memory; step() then updates it in place
+            for param in model.parameters():
+                optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param).share_memory_()
         ctx = _autograd_context()
         from helpers.processes import running
 
         procs = [ctx.Process(target=_steps, args=(r, model, optimizer, build_in == "worker")) for r in range(2)]
         with running(procs, timeout=_WAIT):
             pass
+        momentum = [state.get("momentum_buffer") for state in optimizer.state.values()]
         return {
             "workers finished": all(p.exitcode == 0 for p in procs),
             "shared weights changed": not torch.equal(before, model.weight.detach()),
-            "parent's optimizer has momentum state": len(optimizer.state) > 0,
+            "parent's optimizer sees the workers' momentum": any(
+                m is not None and bool(m.abs().sum() > 0) for m in momentum
+            ),
         }
 
 
@@ -1165,26 +1175,36 @@ def write_script(name: str, folder: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _send_later(queue: Any, fail: bool) -> None:
-    time.sleep(1.5)  # slower than the consumer's timeout: giving up after one timeout is wrong too
+SLOW_SEND = 3.0  # s: the living producer sends after this; six of the consumer's timeouts
+CRASH_AFTER = 0.5  # s: the failing producer crashes after this, having sent nothing
+
+
+def _send_later(queue: Any, fail: bool, crashed_at: Any) -> None:
+    time.sleep(CRASH_AFTER if fail else SLOW_SEND)  # slower than one timeout: giving up after one is wrong
     if fail:
+        crashed_at.value = time.monotonic()  # the machine's monotonic clock: the parent reads the same one
         raise ValueError("producer crashed")
     queue.put("payload")
 
 
-def safe_get_trial(fn: Callable[..., Any], producer_fails: bool, timeout: float = 0.5) -> str:
-    """Call `fn(queue, producer, timeout)` while a producer sends one item after 1.5 s, or crashes
-    instead. Returns "returned <value>" or "raised <error line>". Run it under the watchdog: a wrong
-    `fn` hangs. Pinned to fork: `fn` may be a notebook function."""
+def safe_get_trial(fn: Callable[..., Any], producer_fails: bool, timeout: float = 0.5) -> dict[str, Any]:
+    """Call `fn(queue, producer, timeout)` while a producer sends one item after `SLOW_SEND` s, or crashes
+    after `CRASH_AFTER` s instead. Returns {"result": "returned <value>" or "raised <error line>",
+    "after crash": seconds from the producer's crash to the end of the call (None when it did not crash)},
+    so a checker can see how soon a dead producer was noticed. Run it under the watchdog: a wrong `fn`
+    hangs. Pinned to fork: `fn` may be a notebook function."""
     if not callable(fn):
         raise TypeError(f"fn must be a function (queue, producer, timeout) -> item, got {type(fn).__name__}")
     ctx = _fork_or_default()
     queue = ctx.Queue()
-    producer = ctx.Process(target=_send_later, args=(queue, producer_fails))
+    crashed_at = ctx.Value("d", 0.0)
+    producer = ctx.Process(target=_send_later, args=(queue, producer_fails, crashed_at))
     producer.start()
     try:
-        return f"returned {fn(queue, producer, timeout)!r}"
+        result = f"returned {fn(queue, producer, timeout)!r}"
     except Exception as exc:  # noqa: BLE001 - the learner's function may raise anything
-        return f"raised {short_error(exc)}"
-    finally:
-        producer.join(_WAIT)
+        result = f"raised {short_error(exc)}"
+    ended = time.monotonic()
+    producer.join(_WAIT)
+    after = round(ended - crashed_at.value, 2) if crashed_at.value else None
+    return {"result": result, "after crash": after}

@@ -1,5 +1,6 @@
-"""The checkers of notebook 06 cannot be fooled: the unedited placeholder and the typical wrong answers get
-"Not yet" 20 times out of 20, the solution "Correct" 20 times out of 20 (the course's rule for checkers).
+"""The checkers of notebook 06 cannot be fooled: the unedited placeholder, a value of the wrong type and the
+wrong answers a learner plausibly writes (each found by trying it) get "Not yet" with the hint that names
+the real reason, every time; the solution gets "Correct" every time (the course's rule for checkers).
 
 Each verdict waits on a watchdog for seconds (a hang is only seen when the time is up), so the repeats
 run a few at a time in forked children; fork carries this module's functions into them."""
@@ -13,8 +14,8 @@ import pytest
 
 from helpers import checks, pitfalls
 
-TIMES = 20
-PARALLEL = 4
+TIMES = 10
+PARALLEL = 5
 needs_fork = pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs the fork start method")
 
 
@@ -36,7 +37,7 @@ def _verdicts(check, answer, **kwargs) -> list[str]:
             for proc in batch:
                 proc.start()
             for _ in batch:
-                index, text = results.get(timeout=120)
+                index, text = results.get(timeout=180)
                 got[index] = text
             for proc in batch:
                 proc.join(30)
@@ -50,10 +51,9 @@ def _verdicts(check, answer, **kwargs) -> list[str]:
 # ---- exercise 1: the mystery script ------------------------------------------------------------------
 
 MYSTERY = pitfalls.SCRIPTS["mystery"]
-SOLUTION_SCRIPT = MYSTERY.replace(  # the notebook's solution cell
-    "    worker.join()\n    features = queue.get()\n",
-    "    features = queue.get(timeout=60)\n    worker.join(timeout=60)\n",
-)
+JOIN_THEN_GET = "    worker.join()\n    features = queue.get()\n"
+SOLUTION_SCRIPT = MYSTERY.replace(JOIN_THEN_GET, "    features = queue.get(timeout=60)\n    worker.join(timeout=60)\n")
+TIMED_OUT = "returned after its timeout"
 
 
 @needs_fork
@@ -61,11 +61,44 @@ SOLUTION_SCRIPT = MYSTERY.replace(  # the notebook's solution cell
     ("answer", "timeout", "words"),
     [
         (None, 5.0, "must be the text of a Python script"),  # the unedited placeholder
+        (["worker.join()"], 5.0, "must be the text of a Python script (a str), got list"),  # a wrong type
         # the script unchanged: join before get, still hangs (where the stack ends depends on the load:
         # on a busy machine the watchdog can stop it before it reaches the join)
         (MYSTERY, 3.0, "the script still hung"),
+        # the chapter's checklist says "every join gets a timeout": added alone, the join still comes first
+        (MYSTERY.replace("worker.join()", "worker.join(timeout=2)"), 20.0, TIMED_OUT),
+        # the same, then a second join after the get: the first one still gave up with the worker alive
+        (
+            MYSTERY.replace(
+                JOIN_THEN_GET, "    worker.join(timeout=2)\n    features = queue.get()\n    worker.join()\n"
+            ),
+            20.0,
+            TIMED_OUT,
+        ),  # fmt: skip
         # no join at all; it finishes, given time (at load 30 on 2 cores, 4 at once took over 5 s)
         (MYSTERY.replace("    worker.join()\n", ""), 20.0, "join the worker"),
+        # kill the worker that "hangs": its item is lost with it, and the get waits forever
+        (
+            MYSTERY.replace("worker.join()", "worker.join(timeout=1)\n    worker.terminate()"),
+            4.0,
+            "the script still hung",
+        ),
+        # the worker gives up flushing its item: it exits, and the get waits forever
+        (
+            MYSTERY.replace("    queue.put(", "    queue.cancel_join_thread()\n    queue.put("),
+            4.0,
+            "the script still hung",
+        ),
+        # fewer features, so that the item fits in the pipe: no hang, but not the script's job any more
+        (MYSTERY.replace("range(1_000_000)", "range(1000)"), 20.0, "print 'features: 1000000'"),
+        # no worker process at all
+        (
+            MYSTERY.replace(
+                "    worker.start()\n" + JOIN_THEN_GET, "    make_features(queue)\n    features = queue.get()\n"
+            ),
+            20.0,
+            "in a worker process",
+        ),  # fmt: skip
     ],
 )
 def test_fixed_mystery_says_not_yet_to_wrong_answers_every_time(answer, timeout, words):
@@ -74,10 +107,23 @@ def test_fixed_mystery_says_not_yet_to_wrong_answers_every_time(answer, timeout,
 
 
 @needs_fork
-def test_fixed_mystery_says_correct_to_the_solution_every_time():
-    assert SOLUTION_SCRIPT != MYSTERY
-    verdicts = _verdicts(checks.fixed_mystery, SOLUTION_SCRIPT)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        SOLUTION_SCRIPT,  # the notebook's solution cell
+        MYSTERY.replace(JOIN_THEN_GET, "    features = queue.get()\n    worker.join()\n"),  # the order alone
+    ],
+)
+def test_fixed_mystery_says_correct_to_the_solution_every_time(answer):
+    assert answer != MYSTERY
+    verdicts = _verdicts(checks.fixed_mystery, answer, timeout=20.0)
     assert all(v.startswith("Correct:") for v in verdicts), set(verdicts)
+
+
+def test_the_recorder_leaves_no_frame_of_its_own_in_a_hint():
+    verdict = repr(checks.fixed_mystery(MYSTERY, timeout=3.0))
+    assert verdict.startswith("Not yet: the script still hung"), verdict
+    assert "_recorded" not in verdict and "run_path" not in verdict, verdict
 
 
 # ---- exercise 2: a get that cannot hang ----------------------------------------------------------------
@@ -87,7 +133,53 @@ def _blocking_get(queue, producer, timeout):  # the tutorial's get: no timeout
     return queue.get()
 
 
-def _one_timeout(queue, producer, timeout):  # the typical wrong answer: gives up after one timeout
+def _one_timeout(queue, producer, timeout):  # gives up after one timeout
+    return queue.get(timeout=timeout)
+
+
+def _exitcode_check(queue, producer, timeout):  # exitcode is None while the producer lives, not 0
+    while True:
+        try:
+            return queue.get(timeout=timeout)
+        except queue_module.Empty:
+            if producer.exitcode != 0:
+                raise RuntimeError("producer died") from None
+
+
+def _retry_forever(queue, producer, timeout):  # a timeout on every get, but never asks the producer
+    while True:
+        try:
+            return queue.get(timeout=timeout)
+        except queue_module.Empty:
+            continue
+
+
+def _returns_none(queue, producer, timeout):  # notices the death but reports nothing
+    while True:
+        try:
+            return queue.get(timeout=timeout)
+        except queue_module.Empty:
+            if not producer.is_alive():
+                return None
+
+
+def _reraises_empty(queue, producer, timeout):  # notices the death but raises queue.Empty
+    while True:
+        try:
+            return queue.get(timeout=timeout)
+        except queue_module.Empty:
+            if not producer.is_alive():
+                raise
+
+
+def _long_fixed_wait(queue, producer, timeout):  # one long wait instead of asking the producer
+    try:
+        return queue.get(timeout=10 * timeout)
+    except queue_module.Empty:
+        raise RuntimeError("nothing came") from None
+
+
+def _two_arguments(queue, timeout):  # the producer argument forgotten
     return queue.get(timeout=timeout)
 
 
@@ -102,17 +194,22 @@ def _solution_safe_get(queue, producer, timeout):  # the notebook's solution cel
 
 @needs_fork
 @pytest.mark.parametrize(
-    ("answer", "timeout", "words"),
+    ("answer", "words"),
     [
-        (None, 8.0, "write my_safe_get"),  # the unedited placeholder
-        (_one_timeout, 8.0, "slower than one timeout"),
-        # 6 s, not less: the blocking get must first pass the slow case, where the producer sends after
-        # 1.5 s; with 3 s, a busy machine (run Y) made that case hang and the checker gave the slow case's hint.
-        (_blocking_get, 6.0, "Never get() without a timeout"),
+        (None, "write my_safe_get"),  # the unedited placeholder
+        (42, "must be a function (queue, producer, timeout), got int"),  # a wrong type: a verdict, no traceback
+        (_one_timeout, "A timeout alone does not mean the producer is gone"),
+        (_exitcode_check, "exitcode is None"),
+        (_two_arguments, "must take three arguments"),
+        (_blocking_get, "A get() without a timeout waits forever"),
+        (_retry_forever, "without asking producer.is_alive()"),
+        (_returns_none, "returned None; raise RuntimeError"),
+        (_reraises_empty, "raised Empty; raise RuntimeError"),
+        (_long_fixed_wait, "a long fixed wait is not the answer"),
     ],
 )
-def test_safe_get_says_not_yet_to_wrong_answers_every_time(answer, timeout, words):
-    verdicts = _verdicts(checks.safe_get, answer, timeout=timeout)
+def test_safe_get_says_not_yet_to_wrong_answers_every_time(answer, words):
+    verdicts = _verdicts(checks.safe_get, answer)
     assert all(v.startswith("Not yet:") and words in v for v in verdicts), set(verdicts)
 
 
@@ -120,5 +217,3 @@ def test_safe_get_says_not_yet_to_wrong_answers_every_time(answer, timeout, word
 def test_safe_get_says_correct_to_the_solution_every_time():
     verdicts = _verdicts(checks.safe_get, _solution_safe_get)
     assert all(v.startswith("Correct:") for v in verdicts), set(verdicts)
-    with pytest.raises(TypeError):
-        checks.safe_get(42)

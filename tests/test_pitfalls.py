@@ -5,6 +5,7 @@ short watchdog limits."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 
 import pytest
 
@@ -112,8 +113,10 @@ def test_tutorial_pairs():
     assert wrong[0] == wrong[1] and right[0] != right[1]
     assert "takes 1 positional argument but 2 were given" in pitfalls.spawn_arguments(pitfalls.takes_only_a)
     assert pitfalls.spawn_arguments(pitfalls.takes_rank_and_a) == "results by rank: [30, 31]"
-    state = pitfalls.optimizer_in_workers("parent")
-    assert state["shared weights changed"] and not state["parent's optimizer has momentum state"]
+    seen = "parent's optimizer sees the workers' momentum"
+    for build_in, shared in (("parent", False), ("worker", False), ("shared", True)):
+        state = pitfalls.optimizer_in_workers(build_in)
+        assert state["workers finished"] and state["shared weights changed"] and state[seen] is shared, build_in
 
 
 @needs_fork
@@ -310,3 +313,51 @@ def test_the_tutorials_worker_init_fn_reads_the_same_word_in_every_worker_and_ep
     assert pitfalls.seed_words(epochs=2) == [["0x80000000", "0x80000000"]] * 2
     with pytest.raises(ValueError, match="epochs"):
         pitfalls.seed_words(epochs=0)
+
+
+@needs_fork
+def test_safe_get_trial_times_how_soon_a_dead_producer_is_noticed():
+    import queue as queue_module
+
+    def patient(queue, producer, timeout):
+        while True:
+            try:
+                return queue.get(timeout=timeout)
+            except queue_module.Empty:
+                if not producer.is_alive():
+                    raise RuntimeError("gone") from None
+
+    # in a watchdog child, as the checker runs it: the queue and the shared value die with it
+    dead = watchdog.run(pitfalls.safe_get_trial, patient, True, timeout=30, start_method="fork").value
+    assert dead["result"] == "raised RuntimeError: gone" and 0 <= dead["after crash"] < 2.0, dead
+    slow = watchdog.run(pitfalls.safe_get_trial, patient, False, timeout=30, start_method="fork").value
+    assert slow == {"result": "returned 'payload'", "after crash": None}, slow
+
+
+def test_the_example_script_runs_and_leaves_nothing_behind(tmp_path):
+    """examples/06_safe_patterns.py, the script notebook 06 ends with, runs as a learner would run it (a
+    spawn child imports torch: seconds, more on a busy machine) and leaves nothing in its temporary folder;
+    a leaked semaphore would make the resource tracker warn on stderr."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(pitfalls.__file__).resolve().parents[1] / "examples" / "06_safe_patterns.py"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "features: [0.0, 1000.0, 2000.0, 3000.0, 4000.0, 5000.0, 6000.0, 7000.0]",
+        "worker exit code: 0",
+    ]
+    assert done.stderr == "", done.stderr
+    assert list(scratch.iterdir()) == []
