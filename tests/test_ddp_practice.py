@@ -361,8 +361,11 @@ def test_example_script_trains_under_torchrun_snapshots_and_resumes(tmp_path):
 
     snapshot = tmp_path / "snap.pt"
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               "--max-restarts=0", str(EXAMPLE), "--snapshot", str(snapshot), "--epochs", "2"]  # fmt: skip
+    if sys.platform == "linux":
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo on loopback, like the rendezvous
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
+               "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0", "--max-restarts=0",
+               str(EXAMPLE), "--snapshot", str(snapshot), "--epochs", "2"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("epoch")]
