@@ -364,6 +364,7 @@ def record_timeline(
     spans, consumed = [], []
     t0 = time.time()
     first = None
+    total = 0.0
     iterator = iter(loader)
     try:
         for batch_index, batch in enumerate(iterator):
@@ -379,10 +380,11 @@ def record_timeline(
                 )
             )
             time.sleep(step)  # the training step: the main process is busy, workers keep loading
+            total = time.time() - t0  # the last batch processed; the clean-up below is not the loader's time
     finally:
         del iterator
         gc.collect()  # see _COLLECT
-    return Timeline(num_workers, spans, consumed, first or 0.0, time.time() - t0)
+    return Timeline(num_workers, spans, consumed, first or 0.0, total)
 
 
 @dataclass
@@ -396,6 +398,22 @@ class Throughput:
     rounds: tuple[float, ...] = ()  # samples/s of each round of a repeated sweep, in the order measured
 
 
+class _Stamped(Dataset):
+    """Wraps a dataset so that each sample carries the wall-clock instants its loading started and ended,
+    in whichever process loaded it (`time.time()` is one clock for every process of a machine)."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> tuple[Any, float, float]:
+        start = time.time()
+        sample = self.dataset[index]
+        return sample, start, time.time()
+
+
 def measure_throughput(
     dataset: Dataset,
     num_workers: int,
@@ -406,14 +424,22 @@ def measure_throughput(
 ) -> Throughput:
     """Consume the loader once. Start-up is the time to the first batch; throughput is the steady state.
 
-    The steady-state clock must not start early for the workers. When the k-th batch arrives, the other
-    workers are already part-way through their next batches (they started earlier, and prefetch keeps
-    them busy), and a worker's first batch is slow (fresh process, first calls): timed from the first
-    round, the workers got work done before the clock started, which `num_workers=0` never gets, and
-    the ratio of the two could exceed its physical limit (seen: 8.27 of a possible 8 for sleeping
-    workers, 2.10 of 2 for CPU-bound ones on an idle machine). So the clock starts when the last batch
-    of the *second* round arrives and stops at the end of a later round of the same worker: both ends in
-    the same phase of that worker's cycle, every worker past its first batch, whole rounds in between.
+    Steady state is timed from the samples themselves, not from when batches reach the main loop. The
+    first two rounds (one batch per worker each) are left out: a worker's first batch is slow (a fresh
+    process, first calls). The rest is timed from the moment the first of its samples started loading to
+    the moment the last one finished, in whichever process loaded it. Every timed sample lies inside that
+    window, and no more than `num_workers` processes load at once, so with equal work per sample the
+    ratio of two such throughputs cannot exceed the number of workers. Timing from the arrival of the
+    k-th batch instead (as this function did) counts work that other workers did before the clock
+    started: workers start one after another, and prefetching lets an early worker run up to
+    `prefetch_factor` batches ahead of a late one, so the workers got a head start that `num_workers=0`
+    never gets (seen: 3.23 of a possible 2 in notebook 01, 8.06 of 8 in the bench).
+
+    Without workers and without a `step`, the time is the sum of the samples' own loading times: the main
+    process then also does the loader's bookkeeping (sampling, collating, handing over) between samples,
+    which with workers overlaps their loading, so a window would charge the baseline for work the workers'
+    window leaves out (seen: 8.05 of 8 for sleeping workers). With a `step`, the main process's work is
+    part of what is measured, and both sides are timed by the window.
     """
     positive_int("num_workers", num_workers, minimum=0)
     positive_int("batch_size", batch_size)
@@ -430,26 +456,27 @@ def measure_throughput(
     kwargs: dict[str, Any] = {"batch_size": batch_size, "drop_last": True}
     if num_workers:
         kwargs.update(num_workers=num_workers, multiprocessing_context=multiprocessing_context)
-    loader = DataLoader(dataset, **kwargs)
+    loader = DataLoader(_Stamped(dataset), **kwargs)
     t0 = time.perf_counter()
     iterator = iter(loader)
+    starts, ends, spans = [], [], []
     try:
         startup = 0.0
-        for i in range(warmup):
-            batch = next(iterator)
+        for i in range(warmup + timed):
+            batch, start, end = next(iterator)
+            if i == 0:
+                startup = time.perf_counter() - t0
+            if i >= warmup:
+                starts.append(float(start.min()))
+                ends.append(float(end.max()))
+                spans.append(float((end - start).sum()))
             if step is not None:
                 step(batch)
-            startup = time.perf_counter() - t0 if i == 0 else startup
-        t1 = time.perf_counter()
-        for _ in range(timed):
-            batch = next(iterator)
-            if step is not None:
-                step(batch)
-        t2 = time.perf_counter()
     finally:
         del iterator
         gc.collect()  # see _COLLECT
-    return Throughput(num_workers, startup, timed * batch_size / (t2 - t1), warmup + timed)
+    window = sum(spans) if num_workers == 0 and step is None else max(ends) - min(starts)
+    return Throughput(num_workers, startup, timed * batch_size / window, warmup + timed)
 
 
 def sweep(
@@ -463,8 +490,8 @@ def sweep(
 ) -> list[Throughput]:
     """`measure_throughput` for each worker count, with a progress bar.
 
-    A run of CPU-bound work lasts well under a second here, and one such run can be 15 % off on an idle
-    machine (a ratio of two of them past its limit), so `rounds` repeats the whole sweep, the worker
+    A run of CPU-bound work lasts well under a second here, and one such run can be far off even on an
+    idle machine, so `rounds` repeats the whole sweep, the worker
     counts taking turns within each round so that a burst of other work hits them all; each result is
     then the median round, with every round kept in `rounds`.
     A sweep goes past the core count on purpose, so DataLoader's warning about it is silenced here.
@@ -699,8 +726,9 @@ class SkipBadSamples(Dataset):
     ending the epoch: the usual remedy for a few corrupt files. Pair it with `collate_skipping_none`.
 
     Only the errors named are caught (by default ValueError and OSError, what a corrupt or missing file
-    raises), so that a bug in the loading code still stops the run. A count of skipped samples would
-    have to be kept per worker: each worker holds its own copy of this object."""
+    raises), so that a bug in the loading code still stops the run. Count the skipped samples in the
+    main process (`collate_skipping_none` sends the count with each batch): each worker holds its own copy
+    of this object, so a count kept here would never reach the training loop."""
 
     def __init__(self, dataset: Dataset, errors: tuple[type[BaseException], ...] = (ValueError, OSError)) -> None:
         if not isinstance(dataset, Dataset):
@@ -724,15 +752,17 @@ class SkipBadSamples(Dataset):
             return None
 
 
-def collate_skipping_none(batch: list[Any]) -> Any:
-    """collate_fn: drop the samples marked bad (None) and collate the rest with torch's default; a batch
-    of bad samples only becomes None, which the training loop skips."""
+def collate_skipping_none(batch: list[Any]) -> tuple[Any, int]:
+    """collate_fn: drop the samples marked bad (None), collate the rest with torch's default, and return
+    `(batch, skipped)`. The count travels with the batch to the main process, where the training loop
+    adds it up: a count kept on the dataset would stay in each worker's own copy. A batch of bad samples
+    only becomes `(None, skipped)`, which the loop skips."""
     from torch.utils.data import default_collate
 
     if not isinstance(batch, list):
         raise TypeError(f"batch must be a list of samples, got {type(batch).__name__}")
     kept = [sample for sample in batch if sample is not None]
-    return default_collate(kept) if kept else None
+    return (default_collate(kept) if kept else None), len(batch) - len(kept)
 
 
 def _run_epoch(loader: DataLoader) -> None:

@@ -26,14 +26,38 @@ def from_os_entropy(worker_id):
     get_worker_info().dataset.rng = np.random.default_rng()
 
 
+def fixed_seed(worker_id):
+    get_worker_info().dataset.rng = np.random.default_rng(42)
+
+
+def from_numpy_global_state(worker_id):
+    # DataLoader seeds NumPy's global generator from an array: word 0 of its state is the same constant
+    get_worker_info().dataset.rng = np.random.default_rng(int(np.random.get_state()[1][0]))
+
+
+def seeds_the_global_generator(worker_id):
+    np.random.seed(get_worker_info().seed % 2**32)  # the stored generator stays a copy in every worker
+
+
+def from_the_clock(worker_id):
+    import time
+
+    get_worker_info().dataset.rng = np.random.default_rng(time.time_ns() + worker_id)
+
+
 @pytest.mark.parametrize(
     "fn, words",
     [
         (placeholder_worker_init_fn, "every epoch draws the same numbers"),
         (lambda worker_id: None, "both workers still draw the same numbers"),
         (from_os_entropy, "change between runs"),
+        (fixed_seed, "both workers still draw the same numbers"),
+        (from_numpy_global_state, "both workers still draw the same numbers"),
+        (seeds_the_global_generator, "both workers still draw the same numbers"),
+        (from_the_clock, "change between runs"),
+        (lambda worker_id: 1 / 0, "the loader failed"),
     ],
-    ids=["placeholder-worker-id", "does-nothing", "os-entropy"],
+    ids=["placeholder-worker-id", "does-nothing", "os-entropy", "fixed", "numpy-state", "global", "clock", "raises"],
 )
 def test_worker_init_fn_wrong_answers(fn, words):
     results = [checks.worker_init_fn(fn) for _ in range(RUNS)]
@@ -56,11 +80,31 @@ def test_worker_init_fn_none_and_type():
         None,  # the placeholder
         lambda n, w, k: (0, n),  # the typical wrong answer: every worker yields everything
         lambda n, w, k: (w * (n // k), (w + 1) * (n // k)),  # drops the remainder
+        lambda n, w, k: (w * -(-n // k), (w + 1) * -(-n // k)),  # the ceiling, not clamped to n
+        lambda n, w, k: (w * (n // k), (w + 1) * (n // k) + 1),  # overlapping shards
     ],
-    ids=["placeholder", "everything", "drops-remainder"],
+    ids=["placeholder", "everything", "drops-remainder", "not-clamped", "overlap"],
 )
 def test_shard_bounds_wrong_answers(fn):
     assert verdicts(checks.shard_bounds, fn) == {"Not"}
+
+
+@pytest.mark.parametrize(
+    ("fn", "reason"),
+    [
+        (lambda n, w, k: (w * n / k, (w + 1) * n / k), "whole numbers"),  # floats: a verdict, not a TypeError
+        (lambda n, w, k: (float(w * n // k), float((w + 1) * n // k)), "whole numbers"),
+        (lambda n, w, k: None, "return a pair"),
+        (lambda n, w, k: list(range(n))[w::k], "return a pair"),  # the items, strided, instead of bounds
+        (lambda n, w, k: (str(w * n // k), str((w + 1) * n // k)), "whole numbers"),
+    ],
+    ids=["true-division", "float-of-floor", "none", "items", "strings"],
+)
+def test_shard_bounds_wrong_types_get_a_verdict(fn, reason):
+    results = {repr(checks.shard_bounds(fn)) for _ in range(RUNS)}
+    assert len(results) == 1
+    (result,) = results
+    assert result.startswith("Not yet") and reason in result, result
 
 
 def test_shard_bounds_solution():

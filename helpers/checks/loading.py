@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from helpers.checks.core import Verdict, fork_or_none, not_ready, verdict
@@ -72,9 +73,24 @@ def shard_bounds(fn: Any) -> Verdict:
             seen: list[int] = []
             for worker in range(workers):
                 try:
-                    start, end = fn(n, worker, workers)
+                    bounds = fn(n, worker, workers)
                 except Exception as exc:  # noqa: BLE001
                     return verdict(False, "", f"fn({n}, {worker}, {workers}) raised {type(exc).__name__}: {exc}")
+                if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
+                    return verdict(
+                        False, "", f"fn({n}, {worker}, {workers}) returned {bounds!r}: return a pair (start, end)."
+                    )
+                if not all(isinstance(b, numbers.Integral) and not isinstance(b, bool) for b in bounds):
+                    return verdict(
+                        False, "", f"fn({n}, {worker}, {workers}) returned {bounds!r}: bounds are item positions, "
+                        "so whole numbers (ints); `/` gives floats, `//` rounds down to an int."
+                    )  # fmt: skip
+                start, end = (int(b) for b in bounds)
+                if not 0 <= start <= n or not 0 <= end <= n:
+                    return verdict(
+                        False, "", f"fn({n}, {worker}, {workers}) returned ({start}, {end}): a range outside 0..{n}: "
+                        "clamp start and end to n."
+                    )  # fmt: skip
                 seen += range(start, end)
             if sorted(seen) != list(range(n)):
                 return verdict(
@@ -92,7 +108,12 @@ def shard_bounds(fn: Any) -> Verdict:
     loader = DataLoader(
         ShardedRangeStream(10, bounds=fn), batch_size=None, num_workers=2, multiprocessing_context=context
     )
-    items = sorted(int(x) for x in loader)
+    try:
+        items = sorted(int(x) for x in loader)
+    except Exception as exc:  # noqa: BLE001 - the learner's function runs in the workers
+        from helpers.errors import short_error
+
+        return verdict(False, "", f"inside a real DataLoader the workers failed: {short_error(exc, line='last')}")
     if items != list(range(10)):
         return verdict(False, "", f"inside a real DataLoader the items were {items}.")
     return verdict(True, "every item goes to exactly one worker, also inside a real DataLoader.", "")
