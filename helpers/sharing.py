@@ -46,6 +46,7 @@ __all__ = [
     "join_before_drain",
     "count_with_value",
     "increment",
+    "increment_unlocked",
     "produce_one",
     "shared_loss_log",
     "dataloader_keeping_batches",
@@ -259,8 +260,13 @@ def _lower_fd_limit(headroom: int) -> tuple[int, int]:
 
 
 def hold_many_tensors(
-    count: int = 200, headroom: int = 48, strategy: str | None = None, keep: Any = "tensor", plain: bool = False
-) -> str:
+    count: int = 200,
+    headroom: int = 48,
+    strategy: str | None = None,
+    keep: Any = "tensor",
+    plain: bool = False,
+    report: bool = False,
+) -> Any:
     """Receive `count` shared tensors in a process allowed only `headroom` more open files, keeping
     every one (or what `keep` returns for it).
 
@@ -268,6 +274,9 @@ def hold_many_tensors(
     under the watchdog (it changes this process's limits). keep="clone" keeps copies instead; a function
     decides what to keep of each tensor (the exercise). `plain=True` uses the standard library's
     `multiprocessing` queue and process instead of torch's: not a fix, since both pickle tensors alike.
+    With `report=True` it returns what was kept, checked against what was sent (a dict: how many items,
+    how many are tensors equal to the tensor received, how many are still in shared memory, and the
+    types kept), so that a checker can tell keeping the values from keeping something else.
     """
     positive_int("count", count)
     positive_int("headroom", headroom, minimum=16)
@@ -301,6 +310,17 @@ def hold_many_tensors(
     finally:
         if producer.exitcode is not None and producer.exitcode < 0 and strategy != "file_system":
             remove_segments_of(producer.pid)
+    if report:
+        equal = [
+            isinstance(k, torch.Tensor) and k.shape == (4,) and bool((k == float(i)).all()) for i, k in enumerate(kept)
+        ]
+        return {
+            "kept": len(kept),
+            "equal tensors": sum(equal),
+            "first different": equal.index(False) if False in equal else None,
+            "still shared": sum(isinstance(k, torch.Tensor) and k.is_shared() for k in kept),
+            "types": sorted({type(k).__name__ for k in kept}),
+        }
     return f"kept {len(kept)} tensors"
 
 
@@ -522,6 +542,13 @@ def increment(counter: Any, barrier: Any, times: int, use_lock: bool) -> None:
             counter.value += 1  # read, add, write: another process can write in between
 
 
+def increment_unlocked(counter: Any, barrier: Any, times: int) -> None:
+    """Child: wait for the others on `barrier`, then add 1 to `counter` `times` times, without its lock."""
+    barrier.wait(_WAIT)
+    for _ in range(times):
+        counter.value += 1  # read, add, write: another process can write in between
+
+
 def count_with_value(use_lock: bool, workers: int = 4, times: int = 50_000) -> int:
     """Workers increment one shared `mp.Value` `times` times each, starting together on a Barrier.
 
@@ -612,20 +639,50 @@ def dataloader_keeping_batches(headroom: int = 48, batches: int = 300) -> int:
     return len(kept)
 
 
+class _Waits:
+    """Wraps the queue and the process given to a learner's `collect`, recording every wait: which call,
+    with which timeout, and whether a `join` returned with the process still running (it timed out)."""
+
+    def __init__(self, target: Any, name: str) -> None:
+        self._target = target
+        self._name = name
+        self.calls: list[tuple[str, Any, bool]] = []  # (call, timeout, the process still alive afterwards)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        self.calls.append((f"{self._name}.get", timeout if block else 0, False))
+        return self._target.get(block, timeout)
+
+    def join(self, timeout: float | None = None) -> None:
+        self._target.join(timeout)
+        self.calls.append((f"{self._name}.join", timeout, self._target.exitcode is None))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
 def collect_from_producer(collect: Any, nbytes: int = 8 * 2**20) -> str:
     """A child puts one pickled NumPy array of `nbytes` on a Queue; `collect(queue, process)` must return
-    it and leave the process joined. Run under the watchdog (a wrong order hangs)."""
+    it and leave the process joined, with a timeout on every wait. Run under the watchdog (a wrong order
+    hangs). The queue and the process are wrapped so that every wait is recorded: the result names any
+    wait without a timeout and any `join` that returned before the process had ended."""
     if not callable(collect):
         raise TypeError(f"collect must be a function (queue, process) -> item, got {type(collect).__name__}")
     ctx = default_context()
     queue = ctx.Queue()
     child = ctx.Process(target=_put_one, args=(queue, "numpy", nbytes))
+    watched_queue, watched_child = _Waits(queue, "queue"), _Waits(child, "process")
     with running([child], timeout=5):
-        item = collect(queue, child)
-        joined = child.exitcode is not None
+        item = collect(watched_queue, watched_child)
+    calls = watched_queue.calls + watched_child.calls
     if not isinstance(item, np.ndarray) or item.nbytes != nbytes:
         return f"collect returned {type(item).__name__}, not the {nbytes}-byte array"
-    return "got the array and joined the producer" if joined else "got the array, but the producer was not joined"
+    if timed_out := [call for call, _, alive in calls if alive]:
+        return f"{timed_out[0]}(...) returned after its timeout with the producer still running"
+    if untimed := sorted({call for call, timeout, _ in calls if timeout is None}):
+        return f"got the array, but without a timeout on: {', '.join(untimed)}"
+    if not any(call == "process.join" for call, _, _ in calls):
+        return "got the array, but the producer was not joined"
+    return "got the array and joined the producer"
 
 
 def _increment_with(step: Any, counter: Any, barrier: Any, times: int) -> None:

@@ -39,6 +39,24 @@ def test_keep_received_solution_is_correct_every_time():
     _all(checks.keep_received, keep_solution, "Correct")
 
 
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (lambda tensor: None, "not the tensor received"),  # keeps nothing: "200 tensors kept" would be false
+        (lambda tensor: tensor.sum(), "not the tensor received"),  # keeps a number, not the values
+        (lambda tensor: tensor.tolist(), "not the tensor received"),  # the values, but not a tensor
+        (lambda tensor: tensor[:2].clone(), "not the tensor received"),  # part of the values
+        (lambda tensor: tensor.detach(), "file descriptor"),  # a view: still holds the shared storage
+        (lambda tensor: tensor.contiguous(), "file descriptor"),  # already contiguous: the same storage
+    ],
+    ids=["none", "sum", "tolist", "part", "detach", "contiguous"],
+)
+def test_keep_received_wrong_answers_name_the_reason(wrong, reason):
+    for i in range(5):
+        result = repr(checks.keep_received(wrong))
+        assert result.startswith("Not yet") and reason in result, f"call {i + 1}: {result}"
+
+
 def test_keep_received_refuses_a_non_function():
     assert not checks.keep_received(None)
     with pytest.raises(TypeError):
@@ -62,6 +80,49 @@ def collect_solution(queue, process):
 def test_collect_placeholder_hangs_and_is_not_yet_every_time():
     # Joining first deadlocks every time; a 2 s watchdog only makes each call fail sooner.
     _all(checks.collect, collect_placeholder, "Not yet: it hung", timeout=2)
+
+
+def collect_no_timeouts(queue, process):
+    item = queue.get()  # the right order, but a producer that died would make either wait last forever
+    process.join()
+    return item
+
+
+def collect_join_without_timeout(queue, process):
+    item = queue.get(timeout=10)
+    process.join()
+    return item
+
+
+def collect_join_timeout_first(queue, process):
+    process.join(timeout=1)  # the timeout makes it return, but it still joins before it gets
+    return queue.get(timeout=10)
+
+
+def collect_never_joins(queue, process):
+    return queue.get(timeout=10)
+
+
+def collect_returns_nothing(queue, process):
+    queue.get(timeout=10)
+    process.join(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "reason"),
+    [
+        (collect_no_timeouts, "without a timeout on: process.join, queue.get"),
+        (collect_join_without_timeout, "without a timeout on: process.join"),
+        (collect_join_timeout_first, "returned after its timeout"),
+        (collect_never_joins, "not joined"),
+        (collect_returns_nothing, "NoneType"),
+    ],
+    ids=["no-timeouts", "join-without-timeout", "join-with-timeout-first", "never-joins", "returns-nothing"],
+)
+def test_collect_wrong_answers_name_the_reason(wrong, reason):
+    for i in range(5):
+        result = repr(checks.collect(wrong, timeout=30))
+        assert result.startswith("Not yet") and reason in result, f"call {i + 1}: {result}"
 
 
 def test_collect_solution_is_correct_every_time():
@@ -101,7 +162,20 @@ def test_exact_counter_placeholder_is_not_yet_every_time():
     _all(checks.exact_counter, increment_placeholder, "Not yet")
 
 
-@pytest.mark.parametrize("wrong", [increment_two_acquisitions, increment_by_two])
+def increment_with_a_new_lock(counter):
+    with mp.Lock():  # a lock of its own in every call: nobody else ever waits for it
+        counter.value += 1
+
+
+def increment_lock_around_read_only(counter):
+    with counter.get_lock():
+        value = counter.value
+    counter.value = value + 1
+
+
+@pytest.mark.parametrize(
+    "wrong", [increment_two_acquisitions, increment_by_two, increment_with_a_new_lock, increment_lock_around_read_only]
+)
 def test_exact_counter_other_wrong_answers(wrong):
     _all(checks.exact_counter, wrong, "Not yet")
 

@@ -15,10 +15,21 @@ def keep_received(fn: Any) -> Verdict:
         return unready
     from helpers import sharing, watchdog
 
-    outcome = watchdog.run(sharing.hold_many_tensors, keep=fn, start_method="fork", timeout=30)
+    outcome = watchdog.run(sharing.hold_many_tensors, keep=fn, report=True, start_method="fork", timeout=30)
     if outcome.status != "returned":
         return verdict(False, "", f"receiving {outcome}. Each kept shared tensor holds a file descriptor open.")
-    return verdict(True, "200 tensors kept with 48 spare file descriptors: copies hold none.", "")
+    kept = outcome.value
+    if kept["equal tensors"] != kept["kept"]:
+        types = ", ".join(kept["types"])
+        return verdict(
+            False, "", f"what my_keep returned is not the tensor received (kept: {types}; item "
+            f"{kept['first different']} differs): keep every value of each tensor, as a tensor, without "
+            "holding its shared memory."
+        )  # fmt: skip
+    if kept["still shared"]:
+        return verdict(False, "", f"{kept['still shared']} kept tensors are still in shared memory.")
+    return verdict(True, f"{kept['equal tensors']} tensors kept, equal to those received, with 48 spare file "
+                   "descriptors: copies hold none.", "")  # fmt: skip
 
 
 def collect(fn: Any, timeout: float = 5.0) -> Verdict:
@@ -33,9 +44,24 @@ def collect(fn: Any, timeout: float = 5.0) -> Verdict:
     outcome = watchdog.run(sharing.collect_from_producer, fn, start_method="fork", timeout=timeout)
     if outcome.status == "hung":
         return verdict(False, "", f"it {outcome}. Who is waiting for whom?")
-    if outcome.status != "returned" or outcome.value != "got the array and joined the producer":
+    if outcome.status != "returned":
         return verdict(False, "", f"it {outcome}.")
-    return verdict(True, "the queue is drained before the join, so the producer's feeder thread can finish.", "")
+    said = outcome.value
+    if "returned after its timeout" in said:
+        return verdict(
+            False, "", f"{said}: it was waiting for you to take the item off the queue. Who is waiting for whom?"
+        )
+    if "without a timeout" in said:
+        return verdict(
+            False, "", f"{said}. A producer that dies or hangs would make that wait last forever: give every "
+            "get and join a timeout."
+        )  # fmt: skip
+    if said != "got the array and joined the producer":
+        return verdict(False, "", f"{said}.")
+    return verdict(
+        True, "the queue is drained before the join, so the producer's feeder thread can finish, and every "
+        "wait has a timeout.", ""
+    )  # fmt: skip
 
 
 class _Lock:
