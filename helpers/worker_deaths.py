@@ -28,6 +28,7 @@ from helpers.processes import join_spawned, live_workers, mp_context, quiet_spaw
 from helpers.validate import non_negative, positive_int
 
 __all__ = [
+    "square_or_die_once",
     "VICTIM",
     "hold",
     "HoldDataset",
@@ -251,6 +252,21 @@ def max_tasks_per_child_error() -> str:
     except ValueError as exc:
         return short_error(exc)
     return "accepted"
+
+
+def square_or_die_once(item: int, flag: str) -> int:
+    """Task for the tests of examples/04: the worker that takes VICTIM kills itself with SIGKILL (what the
+    OOM killer sends) the first time only, marked by creating the file `flag`; otherwise item squared."""
+    import signal
+
+    if item == VICTIM:
+        try:
+            with open(flag, "x"):
+                pass
+        except FileExistsError:
+            return item * item
+        os.kill(os.getpid(), signal.SIGKILL)
+    return item * item
 
 
 def _pid_of_task(_: int) -> int:

@@ -1,9 +1,9 @@
-"""The checkers of notebook 04 cannot be fooled: the unedited placeholder and the typical wrong answers get
-"Not yet" 20 times out of 20, the solution "Correct" 20 times out of 20 (the course's rule for checkers)."""
+"""The checkers of notebook 04 cannot be fooled: the unedited placeholder and wrong answers a learner would
+plausibly write (each tried) get "Not yet" every time, with a hint naming the real reason; the solution gets
+"Correct" every time (the course's rule for checkers). The pipeline's verdict is measured: results in input
+order, the bar moving while the pool works."""
 
 from __future__ import annotations
-
-import multiprocessing as mp
 
 import pytest
 
@@ -11,7 +11,10 @@ from helpers import checks
 from helpers import pool as pools
 
 TIMES = 20
-HAS_FORK = "fork" in mp.get_all_start_methods()
+
+
+F = pools.delayed_square
+TIMED = 5  # the pipeline's verdict is measured (about 1 s a call at the tasks' full length): 5 calls each
 
 
 def _placeholder(pool, items, bar):  # the notebook's unedited my_pipeline
@@ -20,17 +23,46 @@ def _placeholder(pool, items, bar):  # the notebook's unedited my_pipeline
     return results
 
 
-def _unordered(pool, items, bar):  # streams, but in completion order
+def _one_big_chunk(pool, items, bar):  # imap, but every result arrives at once (issue 37)
     results = []
-    for result in pool.imap_unordered(pools.delayed_square, items):
+    for result in pool.imap(F, items, chunksize=len(items)):
+        results.append(result)
+        bar.update(1)
+    return results
+
+
+def _chunks_of_three(pool, items, bar):  # two chunks for two workers: nothing arrives until half-way
+    results = []
+    for result in pool.imap(F, items, chunksize=3):
         results.append(result)
         bar.update(1)
     return results
 
 
 def _bar_at_the_end(pool, items, bar):  # imap, but the bar moves only once everything is in
-    results = list(pool.imap(pools.delayed_square, items))
+    results = list(pool.imap(F, items))
     for _ in results:
+        bar.update(1)
+    return results
+
+
+def _map_async_then_count(pool, items, bar):  # asynchronous, but .get() waits for all of them
+    results = pool.map_async(F, items).get(60)
+    for _ in results:
+        bar.update(1)
+    return results
+
+
+def _bar_ahead(pool, items, bar):  # the bar counts the tasks handed out, not the results received
+    for _ in items:
+        bar.update(1)
+    return pool.map(F, items)
+
+
+def _unordered(pool, items, bar):  # streams, but in completion order
+    results = []
+    for result in pool.imap_unordered(F, items):
+        results.append(result)
         bar.update(1)
     return results
 
@@ -43,40 +75,46 @@ def _solution(pool, items, bar):  # the notebook's solution_pipeline
     return results
 
 
-@pytest.fixture
-def quick_tasks(monkeypatch):
-    """The verdict depends on the order of calls, not on how long a task sleeps: shorten the sleeps for the
-    repeated runs (forked workers inherit the patched value). One run of each at full length is below."""
-    if HAS_FORK:
-        monkeypatch.setattr(pools, "UNIT", 0.005)
+def _apply_async_in_order(pool, items, bar):  # another way to the same goal: accepted, since it reaches it
+    handles = [pool.apply_async(F, (x,)) for x in items]
+    results = []
+    for handle in handles:
+        results.append(handle.get(60))
+        bar.update(1)
+    return results
+
+
+def _generator(pool, items, bar):  # yields instead of returning a list: the checker runs it in time
+    for result in pool.imap(F, items):
+        bar.update(1)
+        yield result
 
 
 @pytest.mark.parametrize(
     ("answer", "words"),
     [
         (None, "write my_pipeline"),
-        (_placeholder, "use pool.imap"),
-        (_unordered, ""),  # refused for its order, or, if the order happens to match, for its method
-        (_bar_at_the_end, "bar.update(1) once for each result"),
+        ("pool.imap", "must be a function"),  # a wrong type gets a verdict, not a traceback
+        (_placeholder, "updated by [6]"),
+        (_one_big_chunk, "all at once"),
+        (_chunks_of_three, "all at once"),
+        (_bar_at_the_end, "all at once"),
+        (_map_async_then_count, "all at once"),
+        (_bar_ahead, "before they had arrived"),
+        (_unordered, "input order"),
+        (lambda pool, items, bar: None, "return the list"),
+        (lambda pool, items, bar: 1 / 0, "raised ZeroDivisionError"),
     ],
 )
-def test_imap_pipeline_says_not_yet_to_wrong_answers_every_time(quick_tasks, answer, words):
-    verdicts = [repr(checks.imap_pipeline(answer)) for _ in range(TIMES)]
+def test_imap_pipeline_says_not_yet_to_wrong_answers_every_time(answer, words):
+    verdicts = [repr(checks.imap_pipeline(answer)) for _ in range(TIMED)]
     assert all(v.startswith("Not yet:") and words in v for v in verdicts), set(verdicts)
 
 
-def test_imap_pipeline_says_correct_to_the_solution_every_time(quick_tasks):
-    verdicts = [repr(checks.imap_pipeline(_solution)) for _ in range(TIMES)]
+@pytest.mark.parametrize("answer", [_solution, _apply_async_in_order, _generator])
+def test_imap_pipeline_says_correct_to_the_goal_reached_every_time(answer):
+    verdicts = [repr(checks.imap_pipeline(answer)) for _ in range(TIMED)]
     assert all(v.startswith("Correct:") for v in verdicts), set(verdicts)
-
-
-def test_imap_pipeline_at_full_task_length_and_odd_answers():
-    assert checks.imap_pipeline(_solution)
-    assert not checks.imap_pipeline(_bar_at_the_end)
-    assert "raised ZeroDivisionError" in repr(checks.imap_pipeline(lambda pool, items, bar: 1 / 0))
-    assert "return the list" in repr(checks.imap_pipeline(lambda pool, items, bar: None))
-    with pytest.raises(TypeError, match="fn must be a function"):
-        checks.imap_pipeline("imap")
 
 
 @pytest.mark.parametrize(
@@ -86,12 +124,19 @@ def test_imap_pipeline_at_full_task_length_and_odd_answers():
         pools.default_chunksize(4_000, 4),  # the unedited placeholder: what map would pick (250)
         1,  # the other reflex: no chunks at all
         10_000,
+        4_000,  # one chunk: one worker does everything
+        100,  # a round number, still 40 slow files in one chunk
         8,  # near the best, but 40 slow files in 5 chunks for 4 workers
+        20,  # near the best, but 40 slow files in 2 chunks
+        "10",  # the right number as a string: a verdict, not a traceback
+        2.5,
     ],
 )
 def test_chunksize_choice_says_not_yet_to_wrong_answers_every_time(answer):
     verdicts = [repr(checks.chunksize_choice(answer)) for _ in range(TIMES)]
     assert all(v.startswith("Not yet:") for v in verdicts), set(verdicts)
+    if answer is not None:  # the hint names what is wrong: the type, or the two costs to weigh
+        assert "whole number" in verdicts[0] or ("overhead" in verdicts[0] and "slow tail" in verdicts[0])
 
 
 def test_chunksize_choice_not_yet_gives_neither_the_best_nor_a_direction():

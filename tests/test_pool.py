@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import pool as pools
 from helpers import watchdog
+from helpers import worker_deaths as deaths
 
 HAS_FORK = "fork" in mp.get_all_start_methods()
 ITEMS = [3, 2, 1, 0]
@@ -351,3 +356,34 @@ def test_collect_and_train_trades_fork_for_spawn_where_fork_breaks_autograd(monk
     assert seen and set(seen) - {"fork"} == {"spawn"} and not torch.isnan(run.combined).any()
     with pytest.raises(ValueError, match="start_method"):
         pools.collect_and_train(1, tasks=4, way="pool", start_method="thread")
+
+
+# ---- the chapter's copyable script: examples/04_pool_and_executor.py --------------------------------
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "04_pool_and_executor.py"
+
+
+def test_example_script_runs_alone_and_leaves_nothing_behind(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = sum(x * x for x in range(100))
+    assert f"Pool.imap, sum of squares: {expected}" in done.stdout
+    assert f"ProcessPoolExecutor, sum of squares: {expected}" in done.stdout
+    assert "100/100" in done.stderr  # the progress bar reached the end
+    assert list(tmp_path.iterdir()) == []  # no pymp-* folder or other file left in its temporary folder
+
+
+def test_example_executor_resubmits_the_tasks_of_a_broken_pool(tmp_path):
+    spec = importlib.util.spec_from_file_location("example_04", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    task = functools.partial(deaths.square_or_die_once, flag=str(tmp_path / "killed-once"))
+    items = list(range(8))
+    assert example.with_retries(task, items, workers=2) == [x * x for x in items]
+    assert (tmp_path / "killed-once").exists()  # a worker really was killed on the way
+    with pytest.raises(RuntimeError, match="tasks failed after 0 retries"):
+        (tmp_path / "killed-once").unlink()
+        example.with_retries(task, items, workers=2, retries=0)
