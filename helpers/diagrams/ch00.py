@@ -58,10 +58,10 @@ def main_guard():
     fig, ax = canvas(8, 3.6)
     lines = [
         ("import multiprocessing as mp", "data"),
-        ("def square(x): return x * x", "data"),
+        ("def work(): ...", "data"),
         ('if __name__ == "__main__":', "message"),
-        ('    ctx = mp.get_context("spawn")', "message"),
-        ("    with ctx.Pool(2) as pool: ...", "message"),
+        ('    p = mp.get_context("spawn").Process(target=work)', "message"),
+        ("    p.start(); p.join(timeout=60)", "message"),
     ]
     note(ax, 2.2, 3.3, "script.py, run as python script.py", weight="bold")
     for i, (text, kind) in enumerate(lines):
@@ -75,6 +75,6 @@ def main_guard():
         note(ax, 5.0, y, "runs", "process")
         child = "runs again" if i < 2 else "False: __name__ is\n'__mp_main__'" if i == 2 else "skipped"
         note(ax, 7.0, y, child, "process" if i < 2 else "blocked", size=FONT - 1 if i != 2 else FONT - 2)
-    note(ax, 4.2, 0.2, "A spawn child imports the script to find square: every top-level line runs again there.",
+    note(ax, 4.2, 0.2, "A spawn child imports the script to find work: every top-level line runs again there.",
          "message")  # fmt: skip
     return fig
