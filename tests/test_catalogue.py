@@ -185,7 +185,7 @@ def test_error_index_groups_by_library_and_links_each_entry() -> None:
     assert "## course" not in page
     for entry in entries():
         if entry.library != "course":
-            assert f"### {entry.id}\n" in page
+            assert f"Catalogue entry `{entry.id}`:" in page
     assert "](../notebooks/06_deadlocks_and_pitfalls.ipynb#" in page
 
 
@@ -197,3 +197,9 @@ def test_cheatsheet_rows() -> None:
     with pytest.raises(ValueError, match="ids: no catalogue entry named nope"):
         catalogue.cheatsheet_rows(("nope",))
     assert len(catalogue.cheatsheet_rows().splitlines()) > 10
+
+
+def test_the_sites_error_index_is_the_catalogues() -> None:
+    """site/error_index.md is generated (`python -m helpers.catalogue`): regenerate it after editing the TOML."""
+    page = (REPO / "site" / "error_index.md").read_text()
+    assert page == catalogue.error_index_markdown() + "\n", "site/error_index.md is stale: python -m helpers.catalogue"

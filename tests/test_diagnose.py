@@ -22,6 +22,7 @@ import pytest
 from helpers.diagnose import deaths, patterns
 from helpers.diagnose.patterns import Facts
 from helpers.diagnose.stacks import Ended, Frame, Proc, Thread
+from helpers.diagnose.tree import Seen
 
 SCRIPTS = Path(__file__).parent / "diagnose_scripts"
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,7 +198,7 @@ def test_a_worker_traceback_names_the_worker() -> None:
     assert_cause(
         done,
         "DataLoader worker 0 raised KeyError: 3 in __getitem__ (worker_error.py:12)",
-        "01_dataloader_workers, section 8",
+        "notebooks/01_dataloader_workers.ipynb#8.",
     )
 
 
@@ -438,3 +439,160 @@ def test_the_same_lock_name_on_two_objects_is_not_a_lock_taken_twice(tmp_path: P
     outer.locals = {"self": "<Node at 0x1>"}
     found = patterns.lock_taken_twice(Facts([proc], 11, "", {}))
     assert found is not None and found.cause.startswith("a lock taken twice: pid 11"), found
+
+
+# ---- issue 39: the first failure, found right, named from the catalogue ----------------------------
+
+_TORCHRUN_SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-03_14:41:16
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 32007)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 32007
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-03_14:41:16
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 32008)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_point1_a_collective_of_different_sizes_gets_the_cross_rank_fix_not_a_generic_one() -> None:
+    stderr = (
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+        "  what():  [enforce fail at /x/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4. "
+        "Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?\n"
+        "Traceback (most recent call last):\n"
+        '  File "/u/job.py", line 16, in <module>\n'
+        "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal SIGABRT\n"
+    )
+    found = deaths.diagnose_death(1, Facts([], 10, stderr, {}), {})
+    assert found.cause.startswith("rank 0 raised gloo::EnforceNotMet"), found.cause
+    assert "different sizes" in found.cause and "TORCH_DISTRIBUTED_DEBUG=DETAIL" in found.fix
+    assert "nprocs=1" not in found.fix and "num_workers=0" not in found.fix
+
+
+def test_point1_address_in_use_names_the_holder_of_the_port() -> None:
+    stderr = (
+        "Traceback (most recent call last):\n"
+        '  File "/u/job.py", line 9, in <module>\n'
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "port: 29577, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use\n"
+    )
+    facts = Facts([], 10, stderr, {})
+    facts.listening = {29577: {4242: "python other_job.py"}}
+    found = deaths.diagnose_death(1, facts, {})
+    assert "The store's port" in found.cause, found.cause
+    assert "port 29577 is held now by pid 4242: python other_job.py" in found.evidence
+    assert "06_deadlocks_and_pitfalls.ipynb#6." in found.section
+
+
+def test_point1_an_error_nobody_knows_is_said_plainly_with_the_users_frame() -> None:
+    stderr = 'Traceback (most recent call last):\n  File "/u/job.py", line 3, in <module>\nZeroDivisionError: no\n'
+    found = deaths.diagnose_death(1, Facts([], 10, stderr, {}), {})
+    assert "not a failure the course knows" in found.cause and "<module> (job.py:3)" in found.cause, found.cause
+    assert found.fix.startswith("None from the course") and "num_workers=0" not in found.fix
+
+
+def test_point2_children_that_died_while_the_parent_exited_0() -> None:
+    stderr = (
+        "Traceback (most recent call last):\n"
+        '  File "<string>", line 1, in <module>\n'
+        '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 122, in spawn_main\n'
+        '  File "/u/job.py", line 3, in <module>\n'
+        "    mp.set_start_method('spawn')\n"
+        "RuntimeError: context has already been set\n"
+    )
+    facts = Facts([], 10, stderr, {}, ended={21: Ended(21, 10, 1, 0.0)})
+    found = deaths.children_failed(facts)
+    assert found is not None and "exited with code 0, but" in found.cause, found
+    assert "a spawn child, at start-up raised RuntimeError: context has already been set" in found.cause
+    assert deaths.children_failed(Facts([], 10, "", {})) is None
+
+
+def test_point3_torchrun_root_cause_not_the_first_rank_listed() -> None:
+    stderr = "[rank1]: Traceback (most recent call last):\n[rank1]: ValueError: one\n" + _TORCHRUN_SUMMARY
+    found = deaths.diagnose_death(1, Facts([], 10, stderr, {}), {})
+    assert found.cause.startswith("rank 1 raised ValueError: one"), found.cause
+    assert any("root cause (first observed failure) rank 1" in e and "rank 0 (SIGTERM)" in e for e in found.evidence)
+
+
+def test_point3_a_usage_error_on_every_rank_is_the_failure() -> None:
+    usage = "usage: train.py [-h] [--local_rank LOCAL_RANK]\ntrain.py: error: unrecognized arguments: --local-rank=0\n"
+    summary = _TORCHRUN_SUMMARY.replace("exitcode  : 1 (pid: 32008)", "exitcode  : 2 (pid: 32008)")
+    found = deaths.diagnose_death(1, Facts([], 10, usage + usage + summary, {}), {})
+    assert found.cause.startswith("rank 1 raised train.py: error: unrecognized arguments: --local-rank=0"), found.cause
+    assert "code 2" in found.cause and "LOCAL_RANK" in found.fix
+
+
+def test_point4_ddp_forward_on_one_rank_is_a_collective() -> None:
+    stderr = (
+        "-- Process 0 terminated with the following error:\nTraceback (most recent call last):\n"
+        '  File "/u/job.py", line 33, in run\n'
+        '  File "/x/site-packages/torch/nn/parallel/distributed.py", line 1886, in forward\n'
+        '  File "/x/site-packages/torch/nn/parallel/distributed.py", line 1782, in _pre_forward\n'
+        "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1. gloo\n"
+    )
+    found = deaths.diagnose_death(1, Facts([], 10, stderr, {}, ended={21: Ended(21, 10, 0, 0.0)}), {})
+    assert "DDP's forward is a collective" in found.cause and "model.module" in found.cause, found.cause
+
+
+def test_point5_the_other_rank_that_failed_on_its_own_is_not_said_to_be_ended() -> None:
+    stderr = (
+        "-- Process 1 terminated with the following error:\nTraceback (most recent call last):\n"
+        '  File "/u/job.py", line 23, in run\n'
+        "RuntimeError: ProcessGroupGloo::allgather: invalid tensor size at index 0 (expected (5), got (4))\n"
+    )
+    seen = {21: Seen(21, 10, [], 1.0), 22: Seen(22, 10, [], 1.1)}
+    facts = Facts([], 10, stderr, seen, ended={21: Ended(21, 10, 1, 2.0), 22: Ended(22, 10, 1, 2.1)})
+    found = deaths.diagnose_death(1, facts, {})
+    assert found.cause.startswith("rank 1 raised RuntimeError: ProcessGroupGloo::allgather"), found.cause
+    assert any(e.startswith("rank 0 (pid 21, by start order) failed too, on its own") for e in found.evidence)
+
+
+def test_point6_the_whole_message_is_quoted() -> None:
+    tail = "pass find_unused_parameters=True " * 20 + "THE END"
+    stderr = (
+        "-- Process 1 terminated with the following error:\nTraceback (most recent call last):\n"
+        '  File "/u/job.py", line 5, in run\n'
+        f"RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. {tail}\n"
+    )
+    found = deaths.diagnose_death(1, Facts([], 10, stderr, {}), {})
+    assert any(e.endswith("THE END   [in run (job.py:5)]   [catalogue: ddp-unused-parameters]") for e in found.evidence)
+
+
+def test_point7_a_tensor_whose_sender_exited() -> None:
+    stderr = (
+        "Traceback (most recent call last):\n"
+        '  File "/u/job.py", line 27, in <module>\n'
+        '  File "/x/site-packages/torch/multiprocessing/reductions.py", line 557, in rebuild_storage_fd\n'
+        '  File "/usr/lib/python3.11/multiprocessing/resource_sharer.py", line 86, in get_connection\n'
+        "FileNotFoundError: [Errno 2] No such file or directory\n"
+    )
+    found = deaths.diagnose_death(1, Facts([], 10, stderr, {}), {})
+    assert "the sender had exited" in found.cause and "alive" in found.fix, found.cause
+
+
+def test_point8_a_pool_workers_exception_is_the_workers() -> None:
+    stderr = (
+        'multiprocessing.pool.RemoteTraceback: \n"""\nTraceback (most recent call last):\n'
+        '  File "/usr/lib/python3.11/multiprocessing/pool.py", line 125, in worker\n'
+        '  File "/u/job.py", line 18, in predict\n'
+        "KeyError: 838\n"
+        '"""\n\nThe above exception was the direct cause of the following exception:\n\n'
+        'Traceback (most recent call last):\n  File "/u/job.py", line 23, in <module>\nKeyError: 838\n'
+    )
+    found = deaths.diagnose_death(1, Facts([], 10, stderr, {}), {})
+    assert found.cause.startswith("a Pool worker raised KeyError: 838 in predict (job.py:18)"), found.cause
+    assert "the main process raised" not in found.cause

@@ -23,6 +23,7 @@ __all__ = ["Entry", "entries", "match", "match_all", "link", "error_index_markdo
 
 _DATA = Path(__file__).with_name("errors.toml")
 _FIELDS = {"id", "library", "pattern", "example", "file", "literal", "raised", "cause", "fix", "section", "see", "docs"}
+_FIELDS |= {"title"}
 # The order of the groups on the error index; "course" (the course's own demonstration messages) is not shown.
 LIBRARIES = (
     "multiprocessing (Python)",
@@ -56,6 +57,7 @@ class Entry:
     section: str = ""  # notebooks/NN_name.ipynb#anchor: shows it live
     see: str = ""  # a section that explains it
     docs: str = ""  # a documentation link
+    title: str = ""  # the error index's heading, where the example's own line would not do
 
     @functools.cached_property
     def regex(self) -> re.Pattern[str]:
@@ -124,6 +126,17 @@ def _section_label(where: str) -> str:
     return f"{number} §{title.split('.')[0]}" if title[:1].isdigit() else f"{number}: {title}"
 
 
+def _headline(entry: Entry) -> str:
+    """The message's telling line without its exception name, as a heading the site's search ranks first."""
+    if entry.title:
+        return entry.title
+    lines = [line.strip() for line in entry.example.strip().splitlines() if line.strip()]
+    line = next((x for x in lines if ": error: " in x or "what():" in x), lines[-1] if len(lines) > 1 else lines[0])
+    line = re.sub(r"^(?:[\w.]+(?:Error|Exception|Warning|Exit)|what\(\)|ERROR):\s*", "", line)
+    line = re.sub(r"^\[[^\]]*\]\s*", "", line).replace("`", "'")
+    return line if len(line) <= 100 else line[:100].rsplit(" ", 1)[0] + " …"
+
+
 def error_index_markdown(base: str = "../notebooks/") -> str:
     """The website's error index: every entry but the course's own, grouped by library, each with the
     message, where it is raised, cause, fix and a link. `base` replaces "notebooks/" in section links."""
@@ -144,7 +157,9 @@ def error_index_markdown(base: str = "../notebooks/") -> str:
             where = entry.where()
             target = where if where.startswith("http") else base + where.removeprefix("notebooks/")
             lines += [
-                f"### {entry.id}",
+                f"### {_headline(entry)}",
+                "",
+                f"Catalogue entry `{entry.id}`:",
                 "",
                 "```text",
                 entry.example.strip(),

@@ -189,13 +189,17 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
     shown = shlex.join(command)
     if code is not None:
         procs = stacks.describe([p for p in run_.processes()])
+        listening = tree.listening(run_)  # before the rest of the tree is ended: who holds which port
         left = tree.settle(run_, shm_before)
-        if code != 0:
-            stacks.assign_roles(procs, run_.pid)
-            facts = Facts(
-                procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free(), stacks.ended(folder), list(command)
-            )
-            finding = deaths.diagnose_death(code, facts, stacks.fatal_reports(folder))
+        stacks.assign_roles(procs, run_.pid)
+        facts = Facts(procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free(), stacks.ended(folder), list(command))
+        facts.listening = listening
+        finding = (
+            deaths.diagnose_death(code, facts, stacks.fatal_reports(folder))
+            if code != 0
+            else deaths.children_failed(facts)
+        )
+        if finding is not None:
             how = f"died of {deaths.signal_name(-code)}" if code < 0 else f"exited with code {code}"
             _say(
                 "\n".join(
@@ -221,6 +225,12 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
         procs, spy_note = _take_stacks(run_, folder, use_spy)
         facts = Facts(procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free(), stacks.ended(folder), list(command))
         findings = patterns.diagnose_hang(facts)
+        failed = deaths.from_failures(0, facts)
+        if failed is not None and failed.score >= 2:
+            failed.cause = failed.cause.replace("; then the main process", "; meanwhile the main process").replace(
+                "exited with code 0", "still runs"
+            )
+            findings = sorted(findings + [failed], key=lambda f: -f.score) if findings else [failed]
         why = "interrupted (Ctrl-C)" if interrupted.is_set() else f"still running after {elapsed:.1f} s (--timeout)"
         _say("\n".join(_report(f"`{shown}` {why}: {len(procs)} process(es)", procs, findings, spy_note)))
     except Exception as exc:  # a bug of ours must not leave the command running

@@ -9,6 +9,7 @@ the process that failed (a rank, a worker), and the main process only for its ow
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,6 +17,10 @@ import signal
 import sys
 from collections.abc import Callable
 
+import psutil
+
+from helpers import catalogue
+from helpers.diagnose import failures as failures_
 from helpers.diagnose.patterns import _BOOTSTRAP, _CHILD_TRACEBACK, SECTIONS, Facts, Finding, api_seen, full_shm
 from helpers.errors import clean, error_line
 
@@ -230,6 +235,23 @@ def peer_left(code: int, facts: Facts) -> Finding | None:
     if failed is None or not normal:
         return None
     rank, error, frame = failed
+    ddp = [n for f, _, n in _FILE_LINE.findall(facts.stderr) if f.endswith("nn/parallel/distributed.py")]
+    if "forward" in ddp or "_pre_forward" in ddp:
+        return Finding(
+            f"rank {rank} ran the DDP-wrapped model's forward after another rank had exited normally (exit code 0): "
+            "DDP's forward is a collective (it broadcasts buffers from rank 0 and checks the ranks are in step), so "
+            f"a forward on one rank alone (evaluation under `if rank == 0:` through the wrapper) waits for ranks "
+            "that have left; evaluate on model.module",
+            [
+                f"rank {rank}: {error}" + (f" in {frame}" if frame else ""),
+                "its traceback passes through DistributedDataParallel." + " <- ".join(dict.fromkeys(ddp)),
+                "ended normally before it: " + ", ".join(f"pid {e.pid} (exit code 0)" for e in normal),
+            ],
+            "Run evaluation that only some ranks do on the bare model, model.module (no collective), or run it on "
+            "every rank.",
+            SECTIONS["ranks"],
+            3,
+        )
     op = next(
         (n for f, _, n in reversed(_FILE_LINE.findall(facts.stderr)) if f.endswith("distributed_c10d.py")),
         "a collective",
@@ -298,6 +320,184 @@ def worker_killed(code: int, facts: Facts) -> Finding | None:
     )
 
 
+# ---- every failing process, read from stderr and named from the catalogue --------------------------
+
+
+def _quote(failure: failures_.Failure) -> str:
+    """`who: the whole message [in frame]`: never cut (torch often names the fix at the end)."""
+    where = f"   [in {failure.frame}]" if failure.frame else ""
+    known = f"   [catalogue: {failure.entry.id}]" if failure.entry else ""
+    return f"{failure.who}: {failure.message}{where}{known}"
+
+
+def _port_holder(message: str, facts: Facts) -> list[str]:
+    """Who listens on the port an "address already in use" names: the command's own processes (seen before
+    they were ended) and any other process of the machine psutil may see."""
+    port = re.search(r"port: (\d+)|:(\d+)\b.*(?:EADDRINUSE|already in use)", message)
+    if not port:
+        return []
+    number = int(port.group(1) or port.group(2))
+    holders = dict(facts.listening.get(number, {}))
+    try:
+        for conn in psutil.net_connections("tcp"):
+            if conn.laddr and conn.laddr.port == number and conn.status == psutil.CONN_LISTEN and conn.pid:
+                with contextlib.suppress(psutil.Error):
+                    holders.setdefault(conn.pid, " ".join(psutil.Process(conn.pid).cmdline()))
+    except (OSError, psutil.Error):  # no permission to see other users' sockets: what the tree showed
+        pass
+    return [f"port {number} is held now by pid {pid}: {cmd[:160]}" for pid, cmd in sorted(holders.items())]
+
+
+def from_failures(code: int, facts: Facts) -> Finding | None:
+    """The first failing process on stderr, its whole message, and what the catalogue knows of it; when the
+    catalogue knows nothing, say so and show the failure with the user's own frame (no generic fix)."""
+    found = failures_.find(facts.stderr)
+    first = failures_.first(found, facts.stderr)
+    if first is None:
+        return None
+    evidence = [_quote(f) for f in found if not (f.who == "the main process" and f is not first and _only_reraises(f))]
+    root = failures_.torchrun_root(facts.stderr)
+    if root is not None:
+        others = ", ".join(f"rank {r} ({_how(c)})" for r, c, _ in root.others)
+        evidence.append(
+            f"torchrun's summary: root cause (first observed failure) rank {root.rank}, {_how(root.code)}, "
+            f"pid {root.pid}" + (f"; listed after it (ended by torchrun, or failed later): {others}" if others else "")
+        )
+    ended = _then(first, facts, code)
+    evidence += _other_ranks(facts, first)
+    entry = first.entry
+    if entry is not None and entry.id == "address-in-use":
+        evidence += _port_holder(first.message, facts)
+    relay = next((e for e in catalogue.match_all(facts.stderr) if e.id in _RELAYS), None)
+    if entry is None and relay is not None and first.who != "the main process":
+        return Finding(
+            f"{first.who} raised {first.first_line()}"
+            + (f" in {first.frame}" if first.frame else "")
+            + f" (an error of the script: not one the course's catalogue knows); {relay.cause.split(': ')[0]}"
+            + f"; {ended}",
+            evidence,
+            relay.fix,
+            relay.where(),
+            3 if first.frame else 2,
+        )
+    if entry is None:
+        return Finding(
+            f"{first.who} raised {first.first_line()}"
+            + (f" in {first.frame}" if first.frame else "")
+            + f"; {ended}; not a failure the course knows (its catalogue of errors has no entry for this message)",
+            evidence,
+            f"None from the course: the catalogue of errors does not know this message. Start from {first.who}'s "
+            + (f"own frame, {first.frame}, " if first.frame else "traceback ")
+            + "and its whole message above.",
+            "the course's error index (site: Error index) lists the errors it knows",
+            1,
+        )
+    consequence = entry.id in failures_._CONSEQUENCES
+    return Finding(
+        f"{first.who} raised {first.first_line()}"
+        + (f" in {first.frame}" if first.frame else "")
+        + f": {entry.cause.rstrip('.')}"
+        + f"; {ended}",
+        evidence,
+        entry.fix,
+        entry.where(),
+        2 if consequence else 3,
+    )
+
+
+# how a launcher reports a child's error: known even when the error itself is not
+_RELAYS = ("dataloader-caught", "spawn-process-raised", "pool-remote-traceback", "child-failed")
+
+
+def _then(first: failures_.Failure, facts: Facts, code: int) -> str:
+    """How the command ended after that failure, naming the main process only for its own error."""
+    if first.who.startswith("rank"):
+        if _SPAWN_RAISED.search(facts.stderr) or _SPAWN_DIED.search(facts.stderr):
+            return (
+                "torch.multiprocessing.spawn ended the other rank(s) and the main process re-raised it "
+                f"(exit code {code})"
+            )
+        return f"the launcher ended the other rank(s) and exited with code {code}"
+    if first.who == "the main process":
+        return f"then it exited with code {code}"
+    return f"then {_who(facts)} exited with code {code}"
+
+
+def _children_by_start(facts: Facts) -> list[int]:
+    """The main process's children (forkserver's too) in the order they started: spawn and its fork variant
+    start rank 0 first, so their index is the rank."""
+    parents = {facts.main_pid} | {p.pid for p in facts.procs if p.role == "forkserver"}
+    pids = {pid for pid, seen in facts.seen.items() if seen.ppid in parents} | {
+        e.pid for e in facts.ended.values() if e.parent in parents
+    }
+    return sorted(pids, key=lambda pid: (facts.seen[pid].first if pid in facts.seen else float("inf"), pid))
+
+
+def _other_ranks(facts: Facts, first: failures_.Failure) -> list[str]:
+    """How the other ranks of torch.multiprocessing.spawn ended, by start order: ended by the launcher
+    (SIGTERM: they had not failed, they were busy elsewhere) or failed on their own (an exit code)."""
+    if not first.who.startswith("rank ") or not (
+        _SPAWN_RAISED.search(facts.stderr) or _SPAWN_DIED.search(facts.stderr)
+    ):
+        return []
+    children = _children_by_start(facts)
+    lines = []
+    for rank, pid in enumerate(children):
+        if f"rank {rank}" == first.who or pid not in facts.ended:
+            continue
+        code = facts.ended[pid].code
+        if code == -signal.SIGTERM:
+            lines.append(
+                f"rank {rank} (pid {pid}, by start order) was still running and had not failed: spawn ended it "
+                "with SIGTERM after the failure; it was not in the collective the failing rank waited in"
+            )
+        elif code != 0:
+            lines.append(
+                f"rank {rank} (pid {pid}, by start order) failed too, on its own ({_how(code)}); spawn re-raises "
+                "only the first failure, so its message is not on stderr"
+            )
+    return lines
+
+
+def _only_reraises(failure: failures_.Failure) -> bool:
+    """The main process's traceback that only reports a child's error (spawn, torchrun, a DataLoader's
+    "Caught ... in DataLoader worker")."""
+    entry = failure.entry
+    return entry is not None and (entry.id in failures_._CONSEQUENCES or entry.id == "dataloader-caught")
+
+
+def children_failed(facts: Facts) -> Finding | None:
+    """The command exited 0, but children of it failed: a traceback of a child on stderr, or a child that its
+    parent reaped with an error exit code or a fatal signal. The result it printed may be wrong."""
+    found = [f for f in failures_.find(facts.stderr) if f.who != "the main process"]
+    bad = sorted(
+        (e for e in facts.ended.values() if e.code > 0 or (e.code < 0 and signal_name(-e.code) in _FATAL)),
+        key=lambda e: e.at,
+    )
+    if not found and not bad:
+        return None
+    evidence = [_quote(f) for f in found] + [
+        f"pid {e.pid} ended with {_how(e.code)}, as its parent (pid {e.parent}) reaped it" for e in bad
+    ]
+    first = found[0] if found else None
+    what = (
+        f"{first.who} raised {first.first_line()}" + (f" in {first.frame}" if first.frame else "")
+        if first
+        else f"a child process (pid {bad[0].pid}) ended with {_how(bad[0].code)}"
+    )
+    entry = first.entry if first else None
+    return Finding(
+        f"{_who(facts)} exited with code 0, but {len(found) or len(bad)} of its child process(es) failed: {what}"
+        + (f": {entry.cause.rstrip('.')}" if entry else "")
+        + "; whatever the script printed after that may be wrong (a result the child never sent)",
+        evidence,
+        (entry.fix + " " if entry else "")
+        + "Make the parent fail when a child fails: check each Process's exitcode after join() and raise.",
+        entry.where() if entry else SECTIONS["dead"],
+        3 if entry else 2,
+    )
+
+
 _TAUGHT: tuple[Callable[[int, Facts], Finding | None], ...] = (
     wrong_interpreter,
     missing_guard_death,
@@ -333,8 +533,11 @@ def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
         shm.cause = f"{who} exited with code {code}: {shm.cause}"
         shm.evidence = evidence + shm.evidence
         return shm
-    for rule in (rank_raised, worker_killed):
-        finding = rule(code, facts)
+    catalogued = from_failures(code, facts)
+    if catalogued is not None and catalogued.score == 3 and not catalogued.cause.startswith("the main process"):
+        catalogued.evidence = evidence + catalogued.evidence
+        return catalogued  # a child's own error, known to the catalogue: better than its signal alone
+    for finding in (worker_killed(code, facts), catalogued):
         if finding is not None:
             finding.evidence = evidence + finding.evidence
             return finding
@@ -367,8 +570,13 @@ def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
             SECTIONS["spawn"],
             3,
         )
-    if ranked:
+    root = failures_.torchrun_root(text)
+    if root is not None:
+        ranked = True
+        rank, exitcode, pid = str(root.rank), str(root.code), str(root.pid)
+    elif ranked:
         rank, exitcode, pid = ranked.groups()
+    if ranked:
         how = f"signal {signal_name(-int(exitcode))}" if int(exitcode) < 0 else f"exit code {exitcode}"
         meaning = _SIGNALS.get(signal_name(-int(exitcode)), "") if int(exitcode) < 0 else "its traceback is above"
         evidence.append(f"stderr (torchrun's summary): rank {rank}, pid {pid}, {how}")
@@ -404,12 +612,12 @@ def diagnose_death(code: int, facts: Facts, fatal: dict[int, str]) -> Finding:
         evidence.append(f"stderr: {error}")
     frame = _user_frame(text)
     return Finding(
-        f"{who} exited with code {code}"
+        f"not a failure the course knows: {who} exited with code {code}"
         + (f": {error}" if error else " without an error message")
         + (f" in {frame}" if frame and error else ""),
         evidence or [f"{main.label() if main else who}: no traceback on stderr"],
-        "Read the traceback above, innermost frame last; in a worker, rerun with num_workers=0 or nprocs=1 "
-        "to get it in the main process.",
-        SECTIONS["kit"],
+        "None from the course: nothing on stderr matches the catalogue of errors. "
+        + (f"Start from your own frame, {frame}." if frame else "Look at what the script printed last."),
+        "the course's error index (site: Error index) lists the errors it knows",
         1,
     )

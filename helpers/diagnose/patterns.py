@@ -58,6 +58,7 @@ class Facts:
     shm_free: float | None = None  # fraction of /dev/shm free, None where there is none
     ended: dict[int, Ended] = field(default_factory=dict)  # children reaped during the run, and how they ended
     command: list[str] = field(default_factory=list)  # the command as typed
+    listening: dict[int, dict[int, str]] = field(default_factory=dict)  # port -> {pid: command} of the tree
     by_pid: dict[int, Proc] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -664,11 +665,21 @@ def _world(facts: Facts) -> int | None:
     return int(sizes.pop()) if len(sizes) == 1 else None
 
 
+# DDP's forward and backward are collectives too: forward broadcasts buffers, backward all-reduces gradients
+_DDP_COLLECTIVE = ("forward", "_pre_forward", "_sync_buffers", "_sync_module_buffers")
+
+
 def waiting_in_collective(facts: Facts) -> Finding | None:
     waiting = {}
     for proc in facts.procs:
         frames = _frames(proc, *_COLLECTIVES, file="torch/distributed/distributed_c10d.py")
-        if frames:
+        ddp = _frames(proc, *_DDP_COLLECTIVE, file="torch/nn/parallel/distributed.py")
+        if ddp:
+            outer = ddp[-1]
+            waiting[proc.pid] = Frame(
+                "DistributedDataParallel.forward", outer.file, outer.line, outer.native, outer.locals
+            )
+        elif frames:
             waiting[proc.pid] = frames[-1]  # the outermost: the collective the user called
     if not waiting:
         return None
@@ -696,6 +707,11 @@ def waiting_in_collective(facts: Facts) -> Finding | None:
         "Every rank must call the same collectives in the same order: look for an early return, uneven batches or "
         "a condition on the rank; Join handles uneven inputs, TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatches."
     )
+    if "forward" in ops:
+        fix = (
+            "DDP's forward is a collective (it broadcasts buffers and keeps the ranks in step): every rank must run it,"
+            " so evaluation that only some ranks do goes through the bare model, model.module. " + fix
+        )
     if len(ops) > 1:
         each = ", ".join(
             f"{_ranks(ranks)} in {op}()" for op, ranks in sorted(ops.items(), key=lambda item: _first_rank(item[1]))

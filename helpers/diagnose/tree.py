@@ -230,6 +230,17 @@ def _remove_leftovers(tree: Tree, shm_before: set[str]) -> None:
         tree.reader.join(5.0)  # the rest of stderr (a loaded machine is slow to hand it over): the diagnosis reads it
 
 
+def listening(tree: Tree) -> dict[int, dict[int, str]]:
+    """The TCP ports the command's live processes listen on: port -> {pid: command line}."""
+    found: dict[int, dict[int, str]] = {}
+    for proc in _live(tree.processes()):
+        with contextlib.suppress(psutil.Error, OSError):
+            for conn in proc.net_connections("tcp"):
+                if conn.status == psutil.CONN_LISTEN and conn.laddr:
+                    found.setdefault(conn.laddr.port, {})[proc.pid] = " ".join(proc.cmdline())
+    return found
+
+
 def still_running(tree: Tree) -> list[psutil.Process]:
     """Processes of the command still alive (a zombie is not: whoever adopted it reaps it)."""
     return _live(tree.processes())
