@@ -158,7 +158,7 @@ def chapters(srcdir: Path) -> list[str]:
     return [f"notebooks/{p.stem}" for p in sorted(Path(srcdir, "notebooks").glob("[0-9][0-9]_*.ipynb"))]
 
 
-REFERENCE_PAGES = ("CHEATSHEET", "INSTRUCTORS", "site/setup")
+REFERENCE_PAGES = ("CHEATSHEET", "site/error_index", "INSTRUCTORS", "site/setup")
 # The learner edition has no instructors' guide: it discusses the exercises' answers ("exercise 1:
 # `max(1, cores // processes)`") and how to teach them.
 LEARNER_LEAVES_OUT = ("INSTRUCTORS",)

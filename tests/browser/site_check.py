@@ -376,6 +376,34 @@ def check_search(report: lab_check.Report, page, root: str) -> None:
     _screenshot(page, "site-search")
 
 
+# A message as a learner pastes it: with its own pid, which no page holds (the index's example has 4242).
+PASTED_ERROR = "RuntimeError: DataLoader worker (pid 31337) is killed by signal: Killed."
+PASTED_TARGET = ("site/error_index.html", "DataLoader worker (pid 4242) is killed by signal")
+
+
+def check_error_search(report: lab_check.Report, page, root: str) -> None:
+    """A whole error message pasted into the search finds its entry of the error index (issue 39)."""
+    page.goto(f"{root}search.html?q={urllib.parse.quote_plus(PASTED_ERROR)}", timeout=PAGE_TIMEOUT * 1000)
+    page.wait_for_function(
+        "() => document.querySelectorAll('#search-results li').length > 0"
+        " || /did not match/.test((document.querySelector('#search-results') || {}).textContent || '')",
+        timeout=PAGE_TIMEOUT * 1000,
+    )
+    page.wait_for_timeout(1000)
+    results = page.evaluate(
+        "() => Array.from(document.querySelectorAll('#search-results li a'))"
+        ".map(a => ({href: a.href, text: a.textContent}))"
+    )
+    target, title = PASTED_TARGET
+    first = results[0] if results else {"href": "", "text": "no result"}
+    report.check(
+        target in first["href"] and "#" in first["href"] and title in first["text"],
+        f"a pasted error message finds its entry in the error index first ({first['text'][:70]})",
+        f"results: {[r['text'][:60] for r in results[:5]]}",
+    )
+    _screenshot(page, "site-error-search")
+
+
 def _screenshot(page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path))
@@ -401,6 +429,7 @@ def check_edition(report: lab_check.Report, context, folder: Path, edition: str)
         check_links(report, visits, root, folder, edition)
         if edition == "full":
             check_search(report, page, root)
+            check_error_search(report, page, root)
             screenshots(page, root)
         else:
             page.goto(f"{root}notebooks/{_chapters()[0].stem}.html", timeout=PAGE_TIMEOUT * 1000)
