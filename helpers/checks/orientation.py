@@ -72,6 +72,15 @@ def fork_safe_settings(start_method: Any, threads: Any, timeout: float = 3.0) ->
 # workers started and did the work, whatever the script's text says.
 _POOL_PROBE = """
 import os
+import runpy
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+for _entry in sys.path:  # run the sitecustomize this file shadows, if any (the test suite's start-method switch)
+    _other = os.path.join(_entry or ".", "sitecustomize.py")
+    if os.path.abspath(_entry or ".") != _HERE and os.path.isfile(_other):
+        runpy.run_path(_other)
+        break
 
 _LOG = os.environ.get("COURSE_POOL_PROBE")
 if _LOG:
