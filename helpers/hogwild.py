@@ -228,14 +228,13 @@ def train_worker(
     n = len(task.y_train)
     recent: list[float] = []
     barrier.wait(scaled_wait(0))
-    t0 = time.monotonic()
     step = 0
     while not stop.is_set():
         with counter.get_lock():
             if counter.value >= config.steps:
                 break
             counter.value += 1
-        start = time.monotonic() - t0
+        start = time.monotonic()  # one clock for every process: the parent puts all on one origin
         idx = torch.randint(0, n, (config.batch_size,), generator=order)
         x = task.x_train[idx]
         loss = F.cross_entropy(model(x), task.y_train[idx])
@@ -245,7 +244,7 @@ def train_worker(
         value = loss.item()
         log[rank, step] = value
         spans[rank, step, 0] = start
-        spans[rank, step, 1] = time.monotonic() - t0
+        spans[rank, step, 1] = time.monotonic()
         if rows is not None:
             rows[rank, step] = x.reshape(-1)
         step += 1
@@ -386,8 +385,7 @@ def hogwild(
                 raise RuntimeError(f"a Hogwild worker failed (exit codes {codes})")
         stopped_early = stop.is_set()
         steps = [int((~torch.isnan(log[r])).sum()) for r in range(processes)]
-        ends = spans[..., 1]
-        seconds = float(ends[~torch.isnan(ends)].max()) if sum(steps) else 0.0
+        seconds = _on_one_origin(spans)
         return Run(
             processes=processes,
             losses=log.clone(),
@@ -405,6 +403,21 @@ def hogwild(
     finally:
         del counter, stop, barrier, procs
         gc.collect()  # spawn-context semaphores go when their objects do; a killed kernel would leave them
+
+
+def _on_one_origin(spans: torch.Tensor) -> float:
+    """Shift the steps' times (read from one monotonic clock by every process) so that 0 is the start of the
+    run's first step, in place, and return the run's length: from that first start to the last end.
+
+    One origin for all processes: had each worker timed from its own return from the start barrier, one
+    that the system woke late would measure a shorter run than the wall clock saw, and the run's samples/s,
+    so its speed-up, would come out too high (even above the core count)."""
+    done = ~torch.isnan(spans[..., 0])
+    if not bool(done.any()):
+        return 0.0
+    origin = spans[..., 0][done].min()
+    spans -= origin
+    return float(spans[..., 1][done].max())
 
 
 def _meet(barrier: Any, procs: list[Any], timeout: float) -> None:
@@ -494,7 +507,7 @@ def in_this_process(
         del counter, stop, barrier
         gc.collect()
     steps = [int((~torch.isnan(log[0])).sum())]
-    ends = spans[..., 1]
+    seconds = _on_one_origin(spans)
     return Run(
         processes=1,
         losses=log,
@@ -502,7 +515,7 @@ def in_this_process(
         spans=spans,
         rows=None,
         startup=0.0,
-        seconds=float(ends[~torch.isnan(ends)].max()) if steps[0] else 0.0,
+        seconds=seconds,
         accuracy=accuracy(model, task),
         model=model,
         stopped_early=stopped_early,
@@ -537,6 +550,24 @@ class Speeds:
     def versus_threaded(self, processes: int) -> timing.Spread:
         """Samples/s of `processes` Hogwild processes over one process with all threads: > 1, Hogwild wins."""
         return _ratios(self.runs[processes], self.threaded)
+
+    def fastest(self, processes: int, margin: float = 0.1) -> str:
+        """The headline: which way of using this machine was fastest in these rounds, Hogwild with `processes`
+        processes, one process with all `threads`, or one process at 1 thread (the baseline itself), judged
+        from the medians of the round-by-round ratios to that baseline. A winner must beat the next by more
+        than `margin` (10 %); otherwise no clear winner is named."""
+        positive_int("processes", processes)
+        if processes not in self.runs:
+            raise ValueError(f"processes must be one of the measured counts {sorted(self.runs)}, got {processes}")
+        options = {
+            f"Hogwild ({processes} x 1 thread)": self.speedup(processes).median,
+            f"1 process x {self.threads} threads": self.threaded_speedup().median,
+            "1 process x 1 thread": 1.0,
+        }
+        (best, top), (second, runner_up) = sorted(options.items(), key=lambda kv: kv[1], reverse=True)[:2]
+        if top <= (1 + margin) * runner_up:
+            return f"no clear winner: {best} and {second} are within {margin:.0%} of each other"
+        return f"{best} wins here, {top / runner_up:.2f}x the speed of the next ({second})"
 
 
 def _ratios(top: list[Run], bottom: list[Run]) -> timing.Spread:
@@ -635,5 +666,5 @@ def momentum_buffers(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     return {
         "buffers": len(buffers),
         "shared": bool(buffers) and all(b.is_shared() for b in buffers),
-        "norm": float(sum(b.norm() ** 2 for b in buffers) ** 0.5) if buffers else 0.0,
+        "norm": float(sum(b.detach().norm() ** 2 for b in buffers) ** 0.5) if buffers else 0.0,
     }

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -225,3 +229,55 @@ def test_hogwild_on_a_machine_with_a_gpu_refuses_fork_and_defaults_to_spawn(task
         hogwild.hogwild(2, SHORT, task=task, start_method="fork")
     run = hogwild.hogwild(1, hogwild.Config(steps=20), task=task)
     assert run.start_method == ("spawn" if hogwild.default_start_method() == "fork" else hogwild.default_start_method())
+
+
+def _run_at(samples_per_s: float) -> hogwild.Run:
+    """A Run whose only property of interest is its speed: 1,000 samples in 1000 / samples_per_s s."""
+    return hogwild.Run(
+        processes=1, losses=torch.zeros(1, 1), steps=[1_000], spans=torch.zeros(1, 1, 2), rows=None, startup=0.0,
+        seconds=1_000 / samples_per_s, accuracy=90.0, model=torch.nn.Linear(1, 1), stopped_early=False,
+        batch_size=1, start_method="fork",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("one", "two", "threaded", "headline"),
+    [
+        (100, 190, 95, "Hogwild (2 x 1 thread) wins here"),
+        (100, 77, 60, "1 process x 1 thread wins here"),  # issue 37: Hogwild at 0.77x must not be named the winner
+        (100, 120, 180, "1 process x 2 threads wins here"),
+        (100, 105, 60, "no clear winner: Hogwild (2 x 1 thread) and 1 process x 1 thread"),
+    ],
+)
+def test_the_headline_names_the_fastest_of_the_three_ways(one, two, threaded, headline):
+    speeds = hogwild.Speeds(
+        runs={1: [_run_at(one)] * 3, 2: [_run_at(two)] * 3}, threaded=[_run_at(threaded)] * 3, threads=2
+    )
+    assert speeds.fastest(2).startswith(headline), speeds.fastest(2)
+    with pytest.raises(ValueError, match="processes must be one of the measured counts"):
+        speeds.fastest(4)
+
+
+def test_every_process_of_a_run_is_timed_from_one_origin(task):
+    run = hogwild.hogwild(2, hogwild.Config(steps=200), task=task)
+    done = ~torch.isnan(run.spans[..., 0])
+    assert float(run.spans[..., 0][done].min()) == 0.0  # the run's first step starts at 0
+    assert run.seconds == pytest.approx(float(run.spans[..., 1][done].max()))
+    for r in range(2):  # each process's steps follow each other on the common clock
+        starts = run.spans[r, : run.steps[r], 0]
+        assert bool((starts[1:] >= starts[:-1]).all())
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "03_hogwild.py"
+
+
+def test_example_script_trains_the_shared_model_and_leaves_nothing_behind(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("2 processes x 1000 steps, training accuracy:"), done.stdout
+    assert float(line.split(":")[1].strip(" %")) > 80  # the parent's model learned from both processes
+    assert list(tmp_path.iterdir()) == []
