@@ -23,6 +23,7 @@ from helpers.checks.model_parallel import bytes_per_rank, pipeline_split, tensor
 from helpers.checks.orientation import fork_safe_settings, main_guard_script, threads_per_process
 from helpers.checks.pitfalls import fixed_mystery, safe_get
 from helpers.checks.pool import chunksize_choice, imap_pipeline
+from helpers.checks.scale import layout_choice, predicted_sent
 from helpers.checks.sharing import collect, exact_counter, keep_received
 
 __all__ = [
@@ -52,4 +53,6 @@ __all__ = [
     "bytes_per_rank",
     "pipeline_split",
     "tensor_parallel_plan",
+    "predicted_sent",
+    "layout_choice",
 ]
