@@ -84,19 +84,12 @@ def registry() -> dict[str, Diagram]:
     return dict(sorted(_REGISTRY.items()))
 
 
-def _close(fig) -> None:
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-
-
 def _svg(fig) -> bytes:
     import matplotlib
 
     buf = io.BytesIO()
     with matplotlib.rc_context({"svg.hashsalt": "course", "svg.fonttype": "path"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    _close(fig)
     return buf.getvalue()
 
 
@@ -107,7 +100,6 @@ def frame_png(diagram: Diagram, step: int) -> bytes:
     fig = diagram.draw(step)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
-    _close(fig)
     return buf.getvalue()
 
 

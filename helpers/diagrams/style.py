@@ -13,13 +13,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 __all__ = ["KINDS", "Kind", "canvas", "box", "arrow", "note", "lane", "legend", "FONT"]
 
@@ -43,7 +39,9 @@ def canvas(width: float, height: float) -> tuple[Figure, Axes]:
     """A blank drawing area of `width` x `height` inches, whose data coordinates are inches too."""
     if width <= 0 or height <= 0:
         raise ValueError(f"width and height must be positive inches, got {width} x {height}")
-    fig = plt.figure(figsize=(width, height), dpi=100)
+    # A bare Figure, not pyplot's: drawing a diagram must not change the notebook's plotting backend or
+    # leave a figure for the inline backend to show at the end of the cell.
+    fig = Figure(figsize=(width, height), dpi=100)
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, width)
     ax.set_ylim(0, height)
