@@ -21,6 +21,7 @@ import os
 import socket
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,7 @@ __all__ = [
     "read_ranks",
     "default_store_probe",
     "two_node_commands",
+    "torchrun_job",
     "torchrun_all",
     "TrainRun",
     "timed_training",
@@ -83,6 +85,7 @@ __all__ = [
     "ring_reading",
     "uneven_rank",
     "uneven",
+    "first_error_after",
     "watch_hang",
     "mismatch_rank",
     "mismatch",
@@ -461,15 +464,27 @@ def two_node_commands(kind: str, host: str = "10.0.0.1", port: int = 29400, scri
     raise ValueError(f"kind must be 'c10d' or 'static', got {kind!r}")
 
 
-def torchrun_all(steps: int = 3, timeout: float = 40.0) -> dict[str, list[dict[str, Any]]]:
-    """The three torchrun jobs of the notebook ("standalone", "c10d", "static"), one after another (side
-    by side they would save a few seconds but load the machine at the moment each job shuts down)."""
-    standalone = torchrun_standalone(SCRIPT, ["{results}", str(steps)], 2, timeout=timeout)
+def torchrun_job(kind: str, steps: int = 3, timeout: float = 120.0) -> list[dict[str, Any]]:
+    """One of the notebook's torchrun jobs, run with `dd.SCRIPT`; what each rank wrote, sorted by RANK.
+
+    `kind`: "standalone" (one machine, `--standalone --nproc-per-node=2`), or two "nodes" on this machine,
+    each a `torchrun` with one process, meeting through a "c10d" or a "static" rendezvous. Each job is a
+    call of its own, so that a learner can re-run one (and a busy machine gives each its own time)."""
+    if kind not in ("standalone", "c10d", "static"):
+        raise ValueError(f"kind must be 'standalone', 'c10d' or 'static', got {kind!r}")
+    steps = positive_int("steps", steps)
+    if kind == "standalone":
+        return torchrun_standalone(SCRIPT, ["{results}", str(steps)], 2, timeout=timeout).results
     args = ["{results}", str(steps), "node{node}"]
     # --node-rank is passed to c10d too, on purpose: torchrun ignores it there (see the results)
-    c10d = torchrun_two_nodes(SCRIPT, "c10d", args, options=["--node-rank={node}"], timeout=timeout)
-    static = torchrun_two_nodes(SCRIPT, "static", args, timeout=timeout)
-    return {"standalone": standalone.results, "c10d": c10d.results, "static": static.results}
+    options = ["--node-rank={node}"] if kind == "c10d" else []
+    return torchrun_two_nodes(SCRIPT, kind, args, options=options, timeout=timeout).results
+
+
+def torchrun_all(steps: int = 3, timeout: float = 120.0) -> dict[str, list[dict[str, Any]]]:
+    """The three torchrun jobs of the notebook ("standalone", "c10d", "static"), one after another (side
+    by side they would save a few seconds but load the machine at the moment each job shuts down)."""
+    return {kind: torchrun_job(kind, steps, timeout) for kind in ("standalone", "c10d", "static")}
 
 
 # ----------------------------------------------------------------------------------------- speed
@@ -655,7 +670,9 @@ def ring_reading(times: dict[str, Spread]) -> str:
 
 
 # ----------------------------------------------------------------------------------- failure demos
-def uneven_rank(rank: int, world_size: int, ending: str = "join", group_timeout: float = 3.0) -> dict[str, Any]:
+def uneven_rank(
+    rank: int, world_size: int, ending: str = "join", group_timeout: float = 3.0, stamps: str | None = None
+) -> dict[str, Any]:
     """Rank r has 2 + r batches. `ending`: "barrier" (the short rank then waits in a collective of its
     own: both ranks wait until the group's timeout, then raise), "return" (it just leaves: the others'
     next all-reduce fails), "join" (the `Join` context manager shadows the missing all-reduces).
@@ -663,7 +680,11 @@ def uneven_rank(rank: int, world_size: int, ending: str = "join", group_timeout:
     "barrier" trains on a group of its own, made with `timeout=group_timeout` seconds (the default
     group's is 30 min with gloo; `init_process_group(timeout=...)` sets it), and reports where each rank
     waited and for how long. Both ranks then meet in a barrier of the default group, so that neither
-    leaves (which would close the connection the other still waits on) before both have timed out."""
+    leaves (which would close the connection the other still waits on) before both have timed out.
+
+    With `stamps` (a folder), each rank also writes where and since when it waits to
+    `stamps/rank<r>.json` before every wait: gloo sometimes aborts a rank (SIGABRT) instead of raising,
+    and then the file is all that is left of it."""
 
     if ending not in ("barrier", "return", "join"):
         raise ValueError(f"ending must be 'barrier', 'return' or 'join', got {ending!r}")
@@ -677,11 +698,16 @@ def uneven_rank(rank: int, world_size: int, ending: str = "join", group_timeout:
     batches = [make_batch(4, seed=10 * rank + i) for i in range(2 + rank)]
     where = {"call": "backward (DDP's all-reduce)", "since": time.monotonic()}
 
+    def waiting(call: str) -> None:
+        where.update(call=call, since=time.monotonic())
+        if stamps is not None:
+            Path(stamps, f"rank{rank}.json").write_text(json.dumps(where))
+
     def train() -> None:
         for x, y in batches:
             optimizer.zero_grad()
             loss = nn.functional.mse_loss(model(x), y)
-            where["since"] = time.monotonic()
+            waiting("backward (DDP's all-reduce)")
             loss.backward()
             optimizer.step()
 
@@ -692,11 +718,18 @@ def uneven_rank(rank: int, world_size: int, ending: str = "join", group_timeout:
         else:
             train()
             if ending == "barrier":
-                where.update(call="barrier", since=time.monotonic())
+                waiting("barrier")
                 dist.barrier(group=group)
     except Exception as exc:  # noqa: BLE001 - the error is the result
-        waited = time.monotonic() - where["since"]
-        return {"batches": len(batches), "outcome": describe_error(exc), "waited in": where["call"], "seconds": waited}
+        failed_at = time.monotonic()  # system-wide on Linux and macOS: comparable between the ranks
+        return {
+            "batches": len(batches),
+            "outcome": describe_error(exc),
+            "waited in": where["call"],
+            "seconds": failed_at - where["since"],
+            "began waiting at": where["since"],
+            "failed at": failed_at,
+        }
     finally:
         if group is not None:
             dist.barrier()  # the default group: nobody leaves before the other rank has timed out too
@@ -721,7 +754,8 @@ def uneven(
 ) -> dict[str, dict[int, dict[str, Any]]]:
     """The uneven-inputs job with each of `endings` in turn, in one launch; returns
     `{ending: {rank: {"batches", "outcome", "failed", ...}}}`. See `uneven_rank`; "barrier" rows also
-    say where each rank waited and for how many seconds before its group's `group_timeout` ended it.
+    say where each rank waited, for how many seconds ("seconds"), and how long after the first rank began
+    to wait it raised ("after first wait", at least `group_timeout` on every run; see `_after_first_wait`).
 
     "return" breaks the group, so it must come last. A rank left alone in a collective either raises
     (connection closed or reset by peer) or is aborted by gloo (SIGABRT, seen about once in ten runs
@@ -736,19 +770,59 @@ def uneven(
     if isinstance(group_timeout, bool) or not isinstance(group_timeout, int | float) or group_timeout <= 0:
         raise ValueError(f"group_timeout must be a number of seconds > 0, got {group_timeout!r}")
     names = [f"uneven_{ending}" for ending in endings]
-    demos = {
-        name: functools.partial(uneven_rank, ending=ending, group_timeout=group_timeout)
-        for name, ending in zip(names, endings, strict=True)
-    }
-    results = launch(demos, world_size, timeout=timeout, failures="report")
-    table: dict[str, dict[int, dict[str, Any]]] = {}
-    for ending, name in zip(endings, names, strict=True):
-        table[ending] = {}
-        for rank, row in _outcomes(results, name).items():
-            if isinstance(row, str):  # the process died
-                row = {"batches": 2 + rank, "outcome": row}
-            table[ending][rank] = {**row, "failed": row["outcome"] != "finished"}
+    with tempfile.TemporaryDirectory(prefix="uneven-") as folder:
+        stamps = {ending: os.path.join(folder, ending) for ending in endings}
+        for path in stamps.values():
+            os.mkdir(path)
+        demos = {
+            name: functools.partial(uneven_rank, ending=ending, group_timeout=group_timeout, stamps=stamps[ending])
+            for name, ending in zip(names, endings, strict=True)
+        }
+        results = launch(demos, world_size, timeout=timeout, failures="report")
+        table: dict[str, dict[int, dict[str, Any]]] = {}
+        for ending, name in zip(endings, names, strict=True):
+            table[ending] = {}
+            for rank, row in _outcomes(results, name).items():
+                if isinstance(row, str):  # the process died: what it stamped before its last wait
+                    row = {"batches": 2 + rank, "outcome": row, **_stamp(stamps[ending], rank)}
+                table[ending][rank] = {**row, "failed": row["outcome"] != "finished"}
+            _after_first_wait(table[ending])
     return table
+
+
+def _stamp(folder: str, rank: int) -> dict[str, Any]:
+    """Where and since when rank `rank` last began to wait, from its stamp file ({} if it wrote none)."""
+    path = Path(folder, f"rank{rank}.json")
+    if not path.is_file():
+        return {}
+    where = json.loads(path.read_text())
+    return {"waited in": where["call"], "began waiting at": where["since"]}
+
+
+def first_error_after(rows: dict[int, dict[str, Any]]) -> float | None:
+    """Seconds from the moment the first rank began to wait until the first rank *raised* (None if no rank
+    raised). Whichever gloo timer fires first, this is at least the group's timeout: see
+    `_after_first_wait`."""
+    late = [row["after first wait"] for row in rows.values() if "after first wait" in row]
+    return min(late) if late else None
+
+
+def _after_first_wait(rows: dict[int, dict[str, Any]]) -> None:
+    """Add to each failed rank's row "after first wait": the seconds from the moment the *first* rank
+    began to wait until this rank raised.
+
+    A rank's own wait is not the right yardstick. The first gloo timer to fire ends the wait of its rank
+    and closes the connection, so the other rank raises at that moment, which may be a little *before*
+    its own timer's end (whichever rank started waiting first). What holds on every run is that no rank
+    raised before the group's timeout had passed since the first rank began to wait: that is what
+    "after first wait" lets a reader check."""
+    starts = [row["began waiting at"] for row in rows.values() if "began waiting at" in row]
+    if not starts:
+        return
+    first = min(starts)
+    for row in rows.values():
+        if "failed at" in row:
+            row["after first wait"] = row["failed at"] - first
 
 
 def watch_hang(target: Callable[..., Any], reach: str, timeout: float = 6.0, attempts: int = 4, **kwargs: Any) -> Any:
