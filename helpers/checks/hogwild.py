@@ -78,7 +78,7 @@ def shared_momentum(share_state: Any) -> Verdict:
     keys = {key for state in optimizer.state.values() for key in state} - {"momentum_buffer"}
     if before["buffers"] < params and keys:
         return verdict(
-            False, "", f"SGD ignores the key(s) {sorted(keys)}: it looks for its buffer under \"momentum_buffer\"."
+            False, "", f'SGD ignores the key(s) {sorted(keys)}: it looks for its buffer under "momentum_buffer".'
         )
     if before["buffers"] < params:
         return verdict(
