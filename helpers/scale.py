@@ -59,9 +59,12 @@ __all__ = [
     "allreduce_sweep",
     "fit_allreduce",
     "allreduce_model",
+    "CLUSTER",
+    "step_seconds",
 ]
 
-MODEL = {"hidden": 8192, "layers": 4, "batch": 8}  # 4 blocks of 8192 -> 32768 -> 8192: 2.15 billion parameters
+MODEL = {"hidden": 8192, "layers": 4, "batch": 4096}  # 4 blocks of 8192 -> 32768 -> 8192: 2.15 billion parameters;
+# batch: the tokens of one step on each data-parallel rank (batch x sequence length)
 SMALL = {"hidden": 64, "layers": 2, "batch": 8}  # the same architecture, small enough for 2 real ranks
 WORLDS = (8, 64, 1024)
 TP = 8  # tensor parallelism stays inside one machine of 8 devices
@@ -150,25 +153,30 @@ class CollectiveLog(torch.utils._python_dispatch.TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[str, int, int]] = []  # (kind, group size, bytes of the whole tensor)
+        self.machines: list[int] = []  # per call, how many machines of `TP` ranks its group spans
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        import torch.distributed as dist
+
         name = func.__name__.split(".")[0]
         if func.namespace in ("c10d", "_c10d_functional", "c10d_functional") and name in self.KINDS:
-            self.calls.append((self.KINDS[name], _group_size(func, args), _whole_bytes(self.KINDS[name], args)))
+            group = _group(func, args)
+            self.calls.append((self.KINDS[name], group.size(), _whole_bytes(self.KINDS[name], args)))
+            self.machines.append(len({r // TP for r in dist.get_process_group_ranks(group)}))
         return func(*args, **(kwargs or {}))
 
 
-def _group_size(func: Any, args: Any) -> int:
-    """The size of the group a collective runs in, from its schema: a `process_group` (a ScriptObject
-    that `ProcessGroup.unbox` turns back into the group) or a functional collective's `group_name`."""
+def _group(func: Any, args: Any) -> Any:
+    """The process group a collective runs in, from its schema: a `process_group` (a ScriptObject that
+    `ProcessGroup.unbox` turns back into the group) or a functional collective's `group_name`."""
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _resolve_process_group
 
     for arg, value in zip(func._schema.arguments, args, strict=False):
         if arg.name == "group_name":
-            return _resolve_process_group(value).size()
+            return _resolve_process_group(value)
         if arg.name == "process_group":
-            return dist.ProcessGroup.unbox(value).size()
+            return dist.ProcessGroup.unbox(value)
     raise RuntimeError(f"collective {func} without a process group")
 
 
@@ -316,7 +324,8 @@ def _train_one_step(model: nn.Module, layout: str, hidden: int, batch: int) -> d
     state = optimizer.optim.state if layout == "ZeRO-1" else optimizer.state
     first = next(model.parameters())
     dtypes = {"parameter shard": first.dtype, "gradient shard": first.grad.dtype, "block output": y.dtype}
-    out = {"held": _held(model, state), "calls": log.calls, "dtypes": {k: str(v) for k, v in dtypes.items()}}
+    out = {"held": _held(model, state), "calls": log.calls, "machines": log.machines}
+    out["dtypes"] = {k: str(v) for k, v in dtypes.items()}
     del optimizer, model
     if layout == "ZeRO-1":
         gc.collect()  # a ZeroRedundancyOptimizer alive at destroy_process_group was seen to abort (chapter 07)
@@ -529,9 +538,9 @@ SWEEP = tuple(4**k for k in range(5, 12))  # all-reduce sizes in bytes, 1 KiB ..
 
 
 def allreduce_sweep(rank: int, world_size: int, sizes: tuple[int, ...] = SWEEP, repeats: int = 7) -> dict[int, float]:
-    """Median seconds of `dist.all_reduce` of a float32 tensor of each size in `sizes` (bytes), each call
-    started on a barrier, after one warm-up call (launched on real ranks by `launch`)."""
-    import statistics
+    """Seconds of `dist.all_reduce` of a float32 tensor of each size in `sizes` (bytes), the best of
+    `repeats` calls each started on a barrier (the least disturbed by other programs), after one warm-up
+    call (launched on real ranks by `launch`)."""
     import time
 
     import torch.distributed as dist
@@ -547,7 +556,7 @@ def allreduce_sweep(rank: int, world_size: int, sizes: tuple[int, ...] = SWEEP, 
             start = time.perf_counter()
             dist.all_reduce(t)
             times.append(time.perf_counter() - start)
-        out[nbytes] = statistics.median(times)
+        out[nbytes] = min(times)
     return out
 
 
@@ -598,3 +607,35 @@ def allreduce_model() -> Any:
             "left_out": fit["left out"],
         },
     )
+
+
+# Stated assumptions about a GPU cluster, not measurements: the model's inputs. Sources in the notebook.
+CLUSTER = {
+    "inside bytes/s": 450e9,  # NVLink 4 on an H100 SXM: 900 GB/s for both directions together (NVIDIA H100 datasheet)
+    "across bytes/s": 50e9,  # one 400 Gb/s InfiniBand NDR adapter per GPU, as in a DGX H100 (DGX H100 datasheet)
+    "inside latency s": 3e-6,  # per step of a ring inside a machine: an assumed order of magnitude
+    "across latency s": 10e-6,  # per step of a ring across machines: an assumed order of magnitude
+    "FLOP/s": 989e12,  # H100 SXM, dense bf16 (NVIDIA H100 datasheet)
+    "MFU": 0.4,  # the share of that peak a training step reaches: assumed
+}
+
+
+def step_seconds(
+    run: dict[str, Any], layout: str, world_size: int, cluster: dict[str, float] = CLUSTER,
+    hidden: int = MODEL["hidden"], layers: int = MODEL["layers"], batch: int = MODEL["batch"],
+) -> dict[str, float]:  # fmt: skip
+    """A prediction, not a measurement: seconds of one rank's communication in the step `run` logged
+    (`simulate`), each collective as a ring of (g - 1) steps (all-reduce 2 (g - 1)) paying a latency each
+    plus its bytes over the slowest link it crosses (inside one machine of 8 or across machines), with no
+    overlap; and seconds of compute, 6 x parameters x tokens FLOPs (forward and backward) divided over
+    the ranks that split a layer (tensor parallelism), at `cluster`'s FLOP/s x MFU."""
+    comm = 0.0
+    for (kind, group, nbytes), machines in zip(run["calls"], run["machines"], strict=True):
+        if group == 1:
+            continue
+        where = "inside" if machines == 1 else "across"
+        steps = 2 * (group - 1) if kind == "all-reduce" else group - 1
+        comm += steps * cluster[f"{where} latency s"] + sent_per_rank(kind, group, nbytes) / cluster[f"{where} bytes/s"]
+    split = {"TP": world_size, "FSDP x TP": TP}.get(layout, 1)
+    flops = 6 * parameter_count(hidden, layers) * batch / split
+    return {"communication": comm, "compute": flops / (cluster["FLOP/s"] * cluster["MFU"])}

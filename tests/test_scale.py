@@ -134,3 +134,39 @@ def test_bad_input_is_refused_with_the_argument_named():
         pass
     with pytest.raises(ValueError, match="hidden"):
         scale.make_model(0, 2)
+
+
+def test_the_fit_recovers_a_known_line_and_predicts_the_sizes_left_out():
+    latency, bandwidth = 50e-6, 2e9
+    times = {s: latency + 2 * (2 - 1) / 2 * s / bandwidth for s in scale.SWEEP}
+    fit = scale.fit_allreduce(times, 2)
+    assert fit["latency"] == pytest.approx(latency, rel=1e-9)
+    assert fit["bandwidth"] == pytest.approx(bandwidth, rel=1e-9)
+    assert set(fit["left out"]) == set(sorted(times)[1::2])
+    assert all(r == pytest.approx(1) for r in fit["left out"].values())
+    with pytest.raises(ValueError, match="times"):
+        scale.fit_allreduce({1024: 1e-4}, 2)
+
+
+def test_step_seconds_charges_the_slowest_link_each_group_crosses():
+    run = {"calls": [("all-gather", 8, 800), ("all-reduce", 4, 400), ("reduce-scatter", 1, 100)], "machines": [1, 2, 1]}
+    cluster = {"inside bytes/s": 100.0, "across bytes/s": 10.0, "inside latency s": 1.0, "across latency s": 2.0,
+               "FLOP/s": 1.0, "MFU": 1.0}  # fmt: skip
+    t = scale.step_seconds(run, "FSDP", 8, cluster, hidden=4, layers=1, batch=2)
+    gather = 7 * 1.0 + 800 * 7 / 8 / 100.0
+    reduce = 2 * 3 * 2.0 + 2 * 400 * 3 / 4 / 10.0
+    assert t["communication"] == pytest.approx(gather + reduce)
+    assert t["compute"] == pytest.approx(6 * scale.parameter_count(4, 1) * 2)
+
+
+def test_the_log_says_which_groups_cross_machines():
+    run = scale.simulate("HSDP", 64, **SMALL)
+    spans = {kind: set() for kind, _, _ in run["calls"]}
+    for (kind, _, _), machines in zip(run["calls"], run["machines"], strict=True):
+        spans[kind].add(machines)
+    assert spans == {"all-gather": {1}, "reduce-scatter": {1}, "all-reduce": {8}}  # shard inside, replicas across
+
+
+def test_the_bench_figure_of_simulated_over_real_bytes_is_exactly_one():
+    fig = scale.sim_over_real_bytes()
+    assert fig.ratio == 1.0 and fig.limit == 1.0 and all(fig.conditions.values()), fig.details
