@@ -421,7 +421,7 @@ def test_a_torchrun_ranks_traceback_names_the_rank_not_the_main_process() -> Non
         "[rank1]:     check(batch)\n"
         "[rank1]: ValueError: bad batch\n"
     )
-    found = deaths.diagnose_death(1, Facts([], 10, stderr, {}), {})
+    found = deaths.diagnose_death(1, Facts([], 10, stderr, {}, command=["torchrun", "train.py"]), {})
     assert found.cause.startswith("rank 1 raised ValueError: bad batch in main (train.py:9); the launcher"), found.cause
 
 

@@ -194,11 +194,15 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
         stacks.assign_roles(procs, run_.pid)
         facts = Facts(procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free(), stacks.ended(folder), list(command))
         facts.listening = listening
-        finding = (
-            deaths.diagnose_death(code, facts, stacks.fatal_reports(folder))
-            if code != 0
-            else deaths.children_failed(facts)
-        )
+        try:
+            finding = (
+                deaths.diagnose_death(code, facts, stacks.fatal_reports(folder))
+                if code != 0
+                else deaths.children_failed(facts)
+            )
+        except Exception as exc:  # a bug of ours must not hide the command's own exit code
+            finding = None
+            _say(f"\ndiagnose: internal error while reading the failure ({type(exc).__name__}: {exc})")
         if finding is not None:
             how = f"died of {deaths.signal_name(-code)}" if code < 0 else f"exited with code {code}"
             _say(

@@ -411,13 +411,23 @@ _RELAYS = ("dataloader-caught", "spawn-process-raised", "pool-remote-traceback",
 
 def _then(first: failures_.Failure, facts: Facts, code: int) -> str:
     """How the command ended after that failure, naming the main process only for its own error."""
+    launched = (
+        failures_.torchrun_root(facts.stderr) is not None
+        or "torch.distributed.elastic" in facts.stderr
+        or any(
+            word in " ".join(facts.command)
+            for word in ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+        )
+    )
     if first.who.startswith("rank"):
         if _SPAWN_RAISED.search(facts.stderr) or _SPAWN_DIED.search(facts.stderr):
             return (
                 "torch.multiprocessing.spawn ended the other rank(s) and the main process re-raised it "
                 f"(exit code {code})"
             )
-        return f"the launcher ended the other rank(s) and exited with code {code}"
+        if launched:
+            return f"the launcher ended the other rank(s) and exited with code {code}"
+        return f"then it exited with code {code} (the rank is the main process: no launcher)"
     if first.who == "the main process":
         return f"then it exited with code {code}"
     return f"then {_who(facts)} exited with code {code}"

@@ -63,13 +63,13 @@ class Failure:
 
     def first_line(self) -> str:
         """The message's first line; when it ends with ":" (torch's "Error(s) in loading state_dict for X:"),
-        with the next non-empty line too."""
+        with the next two non-empty lines too."""
         lines = [line.strip() for line in self.message.strip().splitlines() if line.strip()]
         if not lines:
             return ""
         if lines[0].startswith("usage:"):  # argparse: the line that says what is wrong
             return next((line for line in lines if ": error: " in line), lines[0])
-        return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+        return " ".join(lines[:3]) if lines[0].endswith(":") else lines[0]
 
 
 def _library(path: str) -> bool:
