@@ -187,10 +187,7 @@ def cheatsheet_rows(ids: tuple[str, ...] | None = None) -> str:
         chosen = [by_id[i] for i in ids]
     rows = ["| message | cause | fix | read |", "|---|---|---|---|"]
     for entry in chosen:
-        message = entry.example.strip().splitlines()[-1] if entry.example.strip() else entry.id
-        message = re.sub(r"^[\w.]+: ", "", message.strip()).replace("|", "\\|")
-        if len(message) > 90:
-            message = message[:90].rsplit(" ", 1)[0] + " …"
+        message = _headline(entry).replace("|", "\\|")
         cause = entry.cause.split(": ")[0].split(". ")[0].replace("|", "\\|")
         fix = entry.fix.split(". ")[0].replace("|", "\\|")
         rows.append(f"| `{message}` | {cause} | {fix} | [{_section_label(entry.where())}]({link(entry)}) |")
