@@ -61,6 +61,7 @@ __all__ = [
     "allreduce_model",
     "CLUSTER",
     "step_seconds",
+    "pretrained",
 ]
 
 MODEL = {"hidden": 8192, "layers": 4, "batch": 4096}  # 4 blocks of 8192 -> 32768 -> 8192: 2.15 billion parameters;
@@ -639,3 +640,45 @@ def step_seconds(
     split = {"TP": world_size, "FSDP x TP": TP}.get(layout, 1)
     flops = 6 * parameter_count(hidden, layers) * batch / split
     return {"communication": comm, "compute": flops / (cluster["FLOP/s"] * cluster["MFU"])}
+
+
+# -------------------------------------------------------------------------------- pretrained weights
+def pretrained(
+    rank: int, world_size: int, hidden: int = SMALL["hidden"], layers: int = SMALL["layers"]
+) -> dict[str, Any]:
+    """How trained weights reach the shards of a model built on meta: rank 0 holds the whole state dict
+    (here a seeded model stands in for a file it read), every rank builds the model on meta, shards it and
+    allocates only its shards (`to_empty`); `set_model_state_dict(..., full_state_dict=True,
+    broadcast_from_rank0=True)` sends each tensor from rank 0 and keeps each rank's slice. Then one
+    backward and `clip_grad_norm_` over the shards, against one process with the whole model. Returns
+    whether each gathered weight equals rank 0's, this rank's bytes against the whole, and both norms."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    whole = make_model(hidden, layers, device="cpu")  # "pretrained": what rank 0 loaded from disk
+    reference = {k: v.detach().clone() for k, v in whole.state_dict().items()}
+    mesh = init_device_mesh("cpu", (world_size,))
+    model = make_model(hidden, layers)  # on meta: nothing allocated
+    for block in model:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    model.to_empty(device="cpu")  # only this rank's shards, uninitialised
+    # rank 0 passes the whole state dict (a copy: the call replaces its values by DTensors), the others none
+    state = {k: v.clone() for k, v in reference.items()} if rank == 0 else {}
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    equal = all(torch.equal(p.full_tensor().detach(), reference[k]) for k, p in model.named_parameters())
+    x = torch.randn(8, hidden, generator=torch.Generator().manual_seed(1))
+    model(x).square().mean().backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+    whole(x).square().mean().backward()
+    whole_norm = nn.utils.clip_grad_norm_(whole.parameters(), max_norm=1.0)
+    return {
+        "weights equal rank 0's": equal,
+        "bytes here": sum(_nbytes(_local(p)) for p in model.parameters()),
+        "bytes whole": sum(_nbytes(v) for v in reference.values()),
+        "norm type": type(norm).__name__,
+        "norm": float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm),
+        "one process's norm": float(whole_norm),
+    }

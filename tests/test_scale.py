@@ -170,3 +170,15 @@ def test_the_log_says_which_groups_cross_machines():
 def test_the_bench_figure_of_simulated_over_real_bytes_is_exactly_one():
     fig = scale.sim_over_real_bytes()
     assert fig.ratio == 1.0 and fig.limit == 1.0 and all(fig.conditions.values()), fig.details
+
+
+def test_trained_weights_reach_the_shards_from_rank_0_and_the_norm_is_global():
+    from helpers import model_parallel
+
+    result = model_parallel.launch([scale.pretrained], 2)
+    for rank in (0, 1):
+        row = result[rank]["pretrained"]
+        assert row["weights equal rank 0's"], row
+        assert row["bytes here"] * 2 == row["bytes whole"]
+        assert row["norm type"] == "DTensor"
+        assert row["norm"] == pytest.approx(row["one process's norm"], abs=1e-6)
