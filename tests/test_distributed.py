@@ -293,3 +293,17 @@ def test_torchrun_job_refuses_an_unknown_kind_or_steps():
         dd.torchrun_job("slurm")
     with pytest.raises(ValueError, match="steps"):
         dd.torchrun_job("standalone", steps=0)
+
+
+def test_a_rank_gloo_aborted_still_reports_where_it_waited(tmp_path):
+    # rank 0 was aborted (no result), but it stamped its wait first; rank 1 raised 3 s after rank 0 began
+    (tmp_path / "rank0.json").write_text('{"call": "barrier", "since": 10.0}')
+    assert dd._stamp(str(tmp_path), 0) == {"waited in": "barrier", "began waiting at": 10.0}
+    assert dd._stamp(str(tmp_path), 1) == {}
+    rows = {
+        0: {"outcome": "killed by SIGABRT", **dd._stamp(str(tmp_path), 0)},
+        1: {"outcome": "RuntimeError", "began waiting at": 10.2, "failed at": 13.0},
+    }
+    dd._after_first_wait(rows)
+    assert dd.first_error_after(rows) == pytest.approx(3.0)
+    assert dd.first_error_after({0: {"outcome": "killed by SIGABRT"}}) is None
