@@ -62,6 +62,7 @@ __all__ = [
     "CLUSTER",
     "step_seconds",
     "pretrained",
+    "checkpointing",
 ]
 
 MODEL = {"hidden": 8192, "layers": 4, "batch": 4096}  # 4 blocks of 8192 -> 32768 -> 8192: 2.15 billion parameters;
@@ -681,4 +682,35 @@ def pretrained(
         "norm type": type(norm).__name__,
         "norm": float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm),
         "one process's norm": float(whole_norm),
+    }
+
+
+# ------------------------------------------------------------------------------ activation checkpointing
+def checkpointing(hidden: int = 256, layers: int = 4, batch: int = 64) -> dict[str, Any]:
+    """Bytes of activations autograd keeps from the forward to the backward of `make_model(hidden,
+    layers)` on real tensors, without and with `torch.utils.checkpoint` around each block (counted with
+    chapter 09's `ActivationMeter`), the formulas (a block keeps its input and its ReLU's 4x wider output;
+    checkpointed, only its input), and whether the gradients are the same."""
+    from torch.utils.checkpoint import checkpoint
+
+    from helpers.model_parallel import ActivationMeter
+
+    model = make_model(hidden, layers, device="cpu")
+    x = torch.randn(positive_int("batch", batch), hidden, generator=torch.Generator().manual_seed(1))
+    kept, grads = {}, {}
+    for name, wrap in (("plain", False), ("checkpointed", True)):
+        meter = ActivationMeter(list(model.parameters()))
+        with meter.hooks():
+            h = x
+            for block in model:
+                h = checkpoint(block, h, use_reentrant=False) if wrap else block(h)
+            kept[name] = meter.live
+        h.square().mean().backward()
+        grads[name] = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+    one = 4 * batch * hidden  # fp32 bytes of one block's input
+    return {
+        "kept": kept,
+        "formula": {"plain": layers * (one + 4 * one), "checkpointed": layers * one},
+        "same gradients": all(torch.equal(a, b) for a, b in zip(grads["plain"], grads["checkpointed"], strict=True)),
     }

@@ -182,3 +182,9 @@ def test_trained_weights_reach_the_shards_from_rank_0_and_the_norm_is_global():
         assert row["bytes here"] * 2 == row["bytes whole"]
         assert row["norm type"] == "DTensor"
         assert row["norm"] == pytest.approx(row["one process's norm"], abs=1e-6)
+
+
+def test_activation_checkpointing_keeps_only_each_blocks_input_and_the_same_gradients():
+    result = scale.checkpointing(hidden=32, layers=3, batch=8)
+    assert result["kept"] == result["formula"]
+    assert result["same gradients"]
