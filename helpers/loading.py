@@ -399,8 +399,9 @@ class Throughput:
 
 
 class _Stamped(Dataset):
-    """Wraps a dataset so that each sample carries the wall-clock instants its loading started and ended,
-    in whichever process loaded it (`time.time()` is one clock for every process of a machine)."""
+    """Wraps a dataset so that each sample carries the wall-clock instants its loading started and ended
+    (`time.time()` is one clock for every process of a machine) and the id of the worker that loaded it
+    (-1: the main process)."""
 
     def __init__(self, dataset: Dataset) -> None:
         self.dataset = dataset
@@ -408,10 +409,10 @@ class _Stamped(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
 
-    def __getitem__(self, index: int) -> tuple[Any, float, float]:
+    def __getitem__(self, index: int) -> tuple[Any, float, float, int]:
         start = time.time()
         sample = self.dataset[index]
-        return sample, start, time.time()
+        return sample, start, time.time(), _worker_id()
 
 
 def measure_throughput(
@@ -426,20 +427,23 @@ def measure_throughput(
 
     Steady state is timed from the samples themselves, not from when batches reach the main loop. The
     first two rounds (one batch per worker each) are left out: a worker's first batch is slow (a fresh
-    process, first calls). The rest is timed from the moment the first of its samples started loading to
-    the moment the last one finished, in whichever process loaded it. Every timed sample lies inside that
-    window, and no more than `num_workers` processes load at once, so with equal work per sample the
-    ratio of two such throughputs cannot exceed the number of workers. Timing from the arrival of the
-    k-th batch instead (as this function did) counts work that other workers did before the clock
-    started: workers start one after another, and prefetching lets an early worker run up to
-    `prefetch_factor` batches ahead of a late one, so the workers got a head start that `num_workers=0`
-    never gets (seen: 3.23 of a possible 2 in notebook 01, 8.06 of 8 in the bench).
+    process, first calls). Each worker's rate is its timed samples over its own window, from the start of
+    its first timed sample to the end of its last; the loader's rate is the sum over the workers. A window
+    holds all of one process's timed work and nothing that process did before it, so with equal work per
+    sample no worker can beat one process, and the ratio to `num_workers=0` cannot exceed the number of
+    workers. Timing from the arrival of the k-th batch instead (as this function did) counts work that
+    other workers did before the clock started: workers start one after another, and prefetching lets an
+    early worker run up to `prefetch_factor` batches ahead of a late one (seen: 3.23 of a possible 2 in
+    notebook 01, 8.06 of 8 in the bench). One window for all the workers would instead charge their
+    offset from each other. A worker started 0.3 s late, 12 batches timed: 2.07 of 2 with the arrival
+    clock, 0.95 with one window, 1.5 with a window per worker (the early worker then really stalls,
+    waiting for its next index, until the late one catches up): a transient, which a longer run dilutes.
 
     Without workers and without a `step`, the time is the sum of the samples' own loading times: the main
-    process then also does the loader's bookkeeping (sampling, collating, handing over) between samples,
-    which with workers overlaps their loading, so a window would charge the baseline for work the workers'
-    window leaves out (seen: 8.05 of 8 for sleeping workers). With a `step`, the main process's work is
-    part of what is measured, and both sides are timed by the window.
+    process then also does the loader's bookkeeping between samples (sampling indices, collating, handing
+    batches over), work that with workers runs beside the loading, so a window would charge the baseline
+    for work the workers' windows leave out (seen: 8.05 of 8 for sleeping workers). With a `step`, the
+    main process's work is part of what is measured: the baseline is timed by its window too.
     """
     positive_int("num_workers", num_workers, minimum=0)
     positive_int("batch_size", batch_size)
@@ -459,24 +463,28 @@ def measure_throughput(
     loader = DataLoader(_Stamped(dataset), **kwargs)
     t0 = time.perf_counter()
     iterator = iter(loader)
-    starts, ends, spans = [], [], []
+    windows: dict[int, list[float]] = {}  # worker -> [first start, last end, samples]
+    spans = 0.0
     try:
         startup = 0.0
         for i in range(warmup + timed):
-            batch, start, end = next(iterator)
+            batch, start, end, worker = next(iterator)
             if i == 0:
                 startup = time.perf_counter() - t0
             if i >= warmup:
-                starts.append(float(start.min()))
-                ends.append(float(end.max()))
-                spans.append(float((end - start).sum()))
+                w = windows.setdefault(int(worker[0]), [math.inf, -math.inf, 0])
+                w[0], w[1], w[2] = min(w[0], float(start.min())), max(w[1], float(end.max())), w[2] + len(start)
+                spans += float((end - start).sum())
             if step is not None:
                 step(batch)
     finally:
         del iterator
         gc.collect()  # see _COLLECT
-    window = sum(spans) if num_workers == 0 and step is None else max(ends) - min(starts)
-    return Throughput(num_workers, startup, timed * batch_size / window, warmup + timed)
+    if num_workers == 0 and step is None:
+        rate = timed * batch_size / spans
+    else:
+        rate = sum(samples / (last - first) for first, last, samples in windows.values())
+    return Throughput(num_workers, startup, rate, warmup + timed)
 
 
 def sweep(
