@@ -108,8 +108,9 @@ def dataloader_io(workers: int = 8, delay: float = 0.01, batch_size: int = 4) ->
     warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores, on purpose
     with measure_load() as load:
         base = loading.measure_throughput(loading.SleepyDataset(n=24 * batch_size, delay=delay), 0, batch_size)
-        # Two rounds before the clock starts (see measure_throughput): a figure above `workers` came from
-        # timing the workers from their first round, which counted work done before the clock started.
+        # measure_throughput times each worker from its own samples' start and end stamps (see its
+        # docstring): an earlier one-window clock counted an early worker's prefetched batches inside the
+        # window and read 8.06 of 8. The dataset keeps two extra rounds, which the stamps make harmless.
         many_ds = loading.SleepyDataset(n=(rounds + 2) * workers * batch_size, delay=delay)
         many = loading.measure_throughput(many_ds, workers, batch_size)
     return Figure(
@@ -153,8 +154,9 @@ def dataloader_cpu(work: int = 20_000, batch_size: int = 8, batches: int = 40, r
     step = _light_step(model, torch.optim.SGD(model.parameters(), lr=0.01))
     # The limit is the core count: with or without workers every sample costs the same CPU (its Python
     # work, its share of the step), and the cores bound what all processes together can do. A figure
-    # above it (2.10 of 2, seen on an idle machine) came from measure_throughput timing the workers from
-    # their first round; it now starts the clock after two rounds, so the datasets hold two extra rounds.
+    # above it (2.10 of 2, seen on an idle machine) came from a clock that counted an early worker's
+    # prefetched batches inside the window; measure_throughput now times each worker from its samples'
+    # own start and end stamps (see its docstring).
     n = (batches + 2 * cores) * batch_size
     with measure_load() as load:
         try:
