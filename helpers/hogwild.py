@@ -585,8 +585,8 @@ def speed_table(
 ) -> Speeds:
     """`rounds` rounds of: Hogwild with each count in `counts` (1 thread per process) and one process with
     `threads` threads (default: all usable cores) in this process, all on the same budget from the same
-    weights. Rounds are interleaved, so a burst of load slows one round of every configuration instead of
-    all runs of one; compare medians, and read the spread as the noise."""
+    weights. Rounds are interleaved, every other one in reverse order, so a burst of load slows one round of
+    every configuration instead of all runs of one; compare medians, and read the spread as the noise."""
     if not isinstance(counts, (list, tuple)) or 1 not in counts:
         raise ValueError(f"counts must be a list of process counts that includes 1 (the baseline), got {counts!r}")
     for count in counts:
@@ -602,8 +602,10 @@ def speed_table(
     threaded: list[Run] = []
     threaded_config = Config(**{**config.__dict__, "threads": threads})
     with timing.measure_load() as load:
-        for _ in range(rounds):
-            for n in counts:
+        for round_ in range(rounds):
+            # Every other round in reverse order: a run that benefits from coming first or last in a round
+            # (a warm cache, the CPU's boost clock settling) does so for every configuration in turn.
+            for n in counts if round_ % 2 == 0 else list(reversed(counts)):
                 model = make_model(task.x_train.shape[1], classes=task.classes)
                 runs[n].append(hogwild(n, config, task=task, model=model, start_method=start_method))
             # On a busy machine OpenMP threads can crawl (they spin waiting for each other): stop at twice
