@@ -35,6 +35,8 @@ def test_asides_are_collapsed_and_render(path):
         assert len(found) == text.count("<details"), f"cell {i}: write an aside as <details> then <summary>"
         for summary, body in found:
             assert summary.startswith("Under the hood: "), f"cell {i}: summary {summary!r}"
+            # a summary is raw HTML: markdown is not rendered there, so code is written <code>...</code>
+            assert "`" not in summary, f"cell {i}: write code in a summary as <code>...</code>: {summary!r}"
             # CommonMark renders the markdown inside an HTML block only after a blank line
             assert re.match(r"\n\s*\n", body) and re.search(r"\n\s*\n\s*$", body), f"cell {i}: blank lines"
 
