@@ -596,3 +596,15 @@ def test_point8_a_pool_workers_exception_is_the_workers() -> None:
     found = deaths.diagnose_death(1, Facts([], 10, stderr, {}), {})
     assert found.cause.startswith("a Pool worker raised KeyError: 838 in predict (job.py:18)"), found.cause
     assert "the main process raised" not in found.cause
+
+
+def test_a_failure_seen_in_a_hang_does_not_claim_the_command_ended() -> None:
+    stderr = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/multiprocessing/queues.py", line 244, in _feed\n'
+        "RuntimeError: Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does not "
+        "support crossing process boundaries.\n"
+    )
+    found = deaths.from_failures(0, Facts([], 10, stderr, {}), hung=True)
+    assert found is not None and "while the command still ran" in found.cause, found
+    assert "exited" not in found.cause and "detach" in found.fix

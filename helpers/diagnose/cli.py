@@ -229,11 +229,8 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
         procs, spy_note = _take_stacks(run_, folder, use_spy)
         facts = Facts(procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free(), stacks.ended(folder), list(command))
         findings = patterns.diagnose_hang(facts)
-        failed = deaths.from_failures(0, facts)
+        failed = deaths.from_failures(0, facts, hung=True)
         if failed is not None and failed.score >= 2:
-            failed.cause = failed.cause.replace("; then the main process", "; meanwhile the main process").replace(
-                "exited with code 0", "still runs"
-            )
             findings = sorted(findings + [failed], key=lambda f: -f.score) if findings else [failed]
         why = "interrupted (Ctrl-C)" if interrupted.is_set() else f"still running after {elapsed:.1f} s (--timeout)"
         _say("\n".join(_report(f"`{shown}` {why}: {len(procs)} process(es)", procs, findings, spy_note)))

@@ -348,7 +348,7 @@ def _port_holder(message: str, facts: Facts) -> list[str]:
     return [f"port {number} is held now by pid {pid}: {cmd[:160]}" for pid, cmd in sorted(holders.items())]
 
 
-def from_failures(code: int, facts: Facts) -> Finding | None:
+def from_failures(code: int, facts: Facts, hung: bool = False) -> Finding | None:
     """The first failing process on stderr, its whole message, and what the catalogue knows of it; when the
     catalogue knows nothing, say so and show the failure with the user's own frame (no generic fix)."""
     found = failures_.find(facts.stderr)
@@ -363,7 +363,7 @@ def from_failures(code: int, facts: Facts) -> Finding | None:
             f"torchrun's summary: root cause (first observed failure) rank {root.rank}, {_how(root.code)}, "
             f"pid {root.pid}" + (f"; listed after it (ended by torchrun, or failed later): {others}" if others else "")
         )
-    ended = _then(first, facts, code)
+    ended = "while the command still ran (it did not end by the deadline)" if hung else _then(first, facts, code)
     evidence += _other_ranks(facts, first)
     entry = first.entry
     if entry is not None and entry.id == "address-in-use":
