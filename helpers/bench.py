@@ -30,7 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from helpers import capstone, ddp_practice, model_parallel, orientation
+from helpers import capstone, ddp_practice, model_parallel, orientation, scale
 from helpers.environment import default_start_method, usable_cores
 from helpers.errors import short_error
 from helpers.timing import Figure, measure_load
@@ -405,6 +405,8 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "capstone_speedup": capstone.capstone_speedup,
     "fsdp_state_bytes": model_parallel.fsdp_state_bytes,
     "pipeline_speedup": model_parallel.pipeline_speedup,
+    "sim_over_real_bytes": scale.sim_over_real_bytes,
+    "allreduce_model": scale.allreduce_model,
 }
 
 
@@ -431,7 +433,7 @@ def _table(results: dict[str, Figure]) -> str:
     for name, fig in results.items():
         ok = {None: "-", True: "yes", False: "NO"}[fig.meets_floor]
         busy = fig.load.get("other_cores_during")
-        load = "-" if busy is None else f"{busy:.1f}" + (" busy" if fig.load.get("disturbed") else "")
+        load = "-" if busy is None else f"{busy:.1f}" + (" busy" if fig.timed and fig.load.get("disturbed") else "")
         rows.append(
             (
                 name,
@@ -487,13 +489,13 @@ def main(argv: list[str] | None = None) -> int:
         payload["_run"] = {
             "start_method": default_start_method(),
             "usable_cores": usable_cores(),
-            "disturbed": any(fig.load.get("disturbed") for fig in results.values()),
+            "disturbed": any(fig.timed and fig.load.get("disturbed") for fig in results.values()),
             "not_measured": [name for name, fig in results.items() if not fig.measured],
         }
         print(json.dumps(payload, indent=2))
     else:
         print(_table(results))
-    disturbed = [name for name, fig in results.items() if fig.load.get("disturbed")]
+    disturbed = [name for name, fig in results.items() if fig.timed and fig.load.get("disturbed")]
     if disturbed:
         print(
             f"helpers.bench: the machine was busy during {', '.join(disturbed)}: those ratios are lower than "

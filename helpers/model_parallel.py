@@ -1237,6 +1237,7 @@ def fsdp_state_bytes(steps: int = 2) -> Any:
             "start_method": default_start_method(),
         },
         conditions={"FSDP2 weights bitwise equal to DDP's": same},
+        timed=False,
     )
 
 

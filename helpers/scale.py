@@ -532,6 +532,7 @@ def sim_over_real_bytes() -> Any:
         f"worst of {len(ratios)} (layouts {', '.join(ONE_D)})",
         details={"ratios": ratios},
         conditions={"every ratio is 1": all(r == 1 for r in ratios.values())},
+        timed=False,
     )
 
 
@@ -589,7 +590,8 @@ def fit_allreduce(times: dict[int, float], world_size: int = 2) -> dict[str, Any
 
 def allreduce_model() -> Any:
     """The latency-bandwidth model of a ring all-reduce fitted on 2 real gloo ranks: predicted seconds /
-    measured seconds on the sizes left out of the fit, the median (limit 1: a perfect model)."""
+    measured seconds on the sizes left out of the fit, the median (1 is a perfect model; no physical limit:
+    a prediction can err either way)."""
     import statistics
 
     from helpers import model_parallel
@@ -600,9 +602,9 @@ def allreduce_model() -> Any:
     ratios = list(fit["left out"].values())
     return Figure(
         ratio=statistics.median(ratios),
-        limit=1.0,
+        limit=None,  # a model's error, not a speed-up: 1 is a perfect prediction, and either side is off
         what="predicted / measured seconds of dist.all_reduce on 2 gloo ranks, sizes left out of the "
-        "latency-bandwidth fit (median)",
+        "latency-bandwidth fit (median; 1 = a perfect model, each size's ratio in the details)",
         details={
             "latency_us": fit["latency"] * 1e6,
             "bandwidth_GBps": fit["bandwidth"] / 1e9,

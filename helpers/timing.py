@@ -218,6 +218,7 @@ class Figure:
     conditions: dict[str, bool] = field(default_factory=dict)  # what must hold besides the ratio
     reason: str | None = None
     load: dict[str, Any] = field(default_factory=dict)
+    timed: bool = True  # False for a ratio of counts (bytes, collectives): the machine's load cannot change it
 
     @property
     def measured(self) -> bool:
@@ -238,7 +239,7 @@ class Figure:
         """
         if self.ratio is None:
             return f"not measured: {self.reason}"
-        disturbed = bool(self.load.get("disturbed"))
+        disturbed = self.timed and bool(self.load.get("disturbed"))
         if self.limit is not None:
             text = read_ratio("ratio", self.ratio, self.limit)
         elif self.floor is None:

@@ -180,3 +180,15 @@ def test_chapter_09_figures_are_registered():
 
     assert bench.FIGURES["fsdp_state_bytes"] is model_parallel.fsdp_state_bytes
     assert bench.FIGURES["pipeline_speedup"] is model_parallel.pipeline_speedup
+
+
+def test_a_counted_figure_is_never_called_disturbed():
+    """Bytes and collectives do not depend on the machine's load: a busy machine must not be blamed."""
+    busy = {"disturbed": True, "other_cores_during": 1.9, "usable_cores": 2}
+    counted = bench.Figure(ratio=1.0, limit=1.0, what="counted", load=busy, timed=False)
+    timed = bench.Figure(ratio=1.0, limit=2.0, what="timed", load=busy)
+    assert "Disturbed" not in counted.reading() and "Disturbed" in timed.reading()
+
+
+def test_the_chapter_10_figures_are_registered():
+    assert {"sim_over_real_bytes", "allreduce_model"} <= set(bench.FIGURES)
