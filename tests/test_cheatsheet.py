@@ -96,3 +96,16 @@ def test_other_local_links_exist(document):
         if "://" in target or target.startswith(("#", "notebooks/", "mailto:")):
             continue
         assert (REPO / target.partition("#")[0]).exists(), f"{document.name} links to missing {target}"
+
+
+def test_the_error_rows_are_the_catalogues():
+    """The cheat sheet's error table is generated from helpers.catalogue, the one list of errors that the
+    website's error index and diagnose read too (issue 39)."""
+    from helpers import catalogue
+
+    text = (REPO / "CHEATSHEET.md").read_text()
+    start = text.index("<!-- generated from helpers/catalogue")
+    block = text[text.index("\n", start) + 1 : text.index("<!-- end of generated rows -->")]
+    assert block == catalogue.cheatsheet_rows(catalogue.CHEATSHEET) + "\n", (
+        "regenerate with `python -m helpers.catalogue --cheatsheet`"
+    )

@@ -19,7 +19,17 @@ try:
 except ModuleNotFoundError:  # Python 3.10: tomli, pinned in requirements.txt
     import tomli as tomllib  # type: ignore[no-redef]
 
-__all__ = ["Entry", "entries", "match", "match_all", "link", "error_index_markdown", "cheatsheet_rows", "LIBRARIES"]
+__all__ = [
+    "Entry",
+    "entries",
+    "match",
+    "match_all",
+    "link",
+    "error_index_markdown",
+    "cheatsheet_rows",
+    "CHEATSHEET",
+    "LIBRARIES",
+]
 
 _DATA = Path(__file__).with_name("errors.toml")
 _FIELDS = {"id", "library", "pattern", "example", "file", "literal", "raised", "cause", "fix", "section", "see", "docs"}
@@ -111,10 +121,21 @@ def match(message: str, include_course: bool = False) -> Entry | None:
     return best[1] if best else None
 
 
-def link(entry: Entry, base: str = "") -> str:
-    """`where` as a link target: a notebook section relative to `base` (e.g. "../" from site/), or a URL."""
+# What JavaScript's encodeURI leaves as it is: JupyterLab's markdown renderer encodes a link's target with it,
+# so a heading id with any other character (a '"' in `if __name__ == "__main__":`) no longer matches.
+_URI_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789;,/?:@&=+$-_.!~*'()#")
+
+
+def link(entry: Entry, base: str = "", jupyterlab: bool = False) -> str:
+    """`where` as a link target: a notebook section relative to `base` (e.g. "../" from site/), or a URL.
+    With `jupyterlab` (a page read in JupyterLab too, such as the cheat sheet), a section whose anchor
+    JupyterLab cannot reach is linked as its notebook alone."""
     where = entry.where()
-    return where if where.startswith("http") else base + where
+    if where.startswith("http"):
+        return where
+    if jupyterlab and not set(where) <= _URI_SAFE:
+        where = where.partition("#")[0]
+    return base + where
 
 
 def _section_label(where: str) -> str:
@@ -174,6 +195,26 @@ def error_index_markdown(base: str = "../notebooks/") -> str:
     return "\n".join(lines)
 
 
+# The cheat sheet's error rows (one printable page): the messages learners meet most, in the course's order.
+CHEATSHEET = (
+    "context-already-set",
+    "bootstrapping-phase",
+    "cannot-get-attribute-main",
+    "cannot-pickle-lambda",
+    "dataloader-worker-exited",
+    "dataloader-killed-by-signal",
+    "dataloader-caught",
+    "ancdata",
+    "shm-allocate",
+    "address-in-use",
+    "gloo-recv-timeout",
+    "gloo-peer-closed",
+    "collective-mismatch",
+    "ddp-unused-parameters",
+    "child-failed",
+)
+
+
 def cheatsheet_rows(ids: tuple[str, ...] | None = None) -> str:
     """The cheat sheet's error table (markdown): message, cause, fix, section; `ids` picks and orders
     the rows (default: every entry the course shows live, the course's own excepted)."""
@@ -190,5 +231,7 @@ def cheatsheet_rows(ids: tuple[str, ...] | None = None) -> str:
         message = _headline(entry).replace("|", "\\|")
         cause = entry.cause.split(": ")[0].split(". ")[0].replace("|", "\\|")
         fix = entry.fix.split(". ")[0].replace("|", "\\|")
-        rows.append(f"| `{message}` | {cause} | {fix} | [{_section_label(entry.where())}]({link(entry)}) |")
+        rows.append(
+            f"| `{message}` | {cause} | {fix} | [{_section_label(entry.where())}]({link(entry, jupyterlab=True)}) |"
+        )
     return "\n".join(rows)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from helpers.catalogue import cheatsheet_rows, error_index_markdown
+from helpers.catalogue import CHEATSHEET, cheatsheet_rows, error_index_markdown
 
 INDEX = Path(__file__).resolve().parents[2] / "site" / "error_index.md"
 
 
 def main(argv: list[str]) -> int:
     if "--cheatsheet" in argv:
-        print(cheatsheet_rows())
+        print(cheatsheet_rows(CHEATSHEET))
         return 0
     path = Path(argv[0]) if argv else INDEX
     path.write_text(error_index_markdown() + "\n")
