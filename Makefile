@@ -105,8 +105,8 @@ notebooks: $(STAMP)
 	$(BIN)/python -m helpers.regenerate
 
 lint: $(STAMP)
-	$(BIN)/ruff check helpers tests tools conftest.py
-	$(BIN)/ruff format --check helpers tests tools conftest.py
+	$(BIN)/ruff check helpers tests tools examples conftest.py
+	$(BIN)/ruff format --check helpers tests tools examples conftest.py
 	$(BIN)/nbqa ruff notebooks
 
 clean:

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE = ["helpers", "tests", "tools", "conftest.py"]
+CODE = ["helpers", "tests", "tools", "examples", "conftest.py"]
 
 
 def test_ruff_on_the_code():
