@@ -2,12 +2,11 @@
 accuracy, the seeding mistake shows in the draws, and bad arguments are refused by name. Tiny sizes:
 no waits, a light decode."""
 
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
+from example_runner import run_example
 
 from helpers import capstone, environment
 
@@ -108,20 +107,10 @@ def test_ddp_sees_the_whole_budget():
 
 
 # ------------------------------------------------------------------------------ the chapter's example script
-EXAMPLE = Path(capstone.__file__).resolve().parents[1] / "examples" / "08_fast_training.py"
 
 
-def test_example_script_trains_to_the_target_and_leaves_nothing_behind(tmp_path):
-    import subprocess
-    import sys
-
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--samples", "1024"],
-        capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    accuracy = float(done.stdout.strip().splitlines()[-1].rsplit(" ", 1)[1].rstrip("%"))
-    assert accuracy >= capstone.TARGET_ACCURACY, done.stdout
-    assert "1024 samples in" in done.stdout
-    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor")] == []
+def test_example_script_trains_to_the_target_and_leaves_nothing_behind():
+    out = run_example("08_fast_training.py", "--samples", "1024")
+    accuracy = float(out.strip().splitlines()[-1].rsplit(" ", 1)[1].rstrip("%"))
+    assert accuracy >= capstone.TARGET_ACCURACY, out
+    assert "1024 samples in" in out

@@ -1,6 +1,7 @@
 import multiprocessing as mp
 
 import pytest
+from example_runner import run_example
 
 from helpers import orientation
 
@@ -142,48 +143,6 @@ def test_fork_while_a_thread_holds_a_lock_hangs_and_cleans_up():
         pytest.skip("no fork here")
     outcome = orientation.fork_while_a_thread_holds_a_lock(timeout=1.0)
     assert outcome.status == "hung" and outcome.stuck_in == ["acquire"]
-
-
-def run_example(name: str, timeout: float = 300.0) -> str:
-    """Run a chapter's copyable script as a learner would (`python examples/<name>`), in its own session
-    and temporary folder; return its output after checking that it left no process and no file behind."""
-    import os
-    import subprocess
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    import psutil
-
-    script = Path(__file__).resolve().parents[1] / "examples" / name
-    with tempfile.TemporaryDirectory(prefix="example-") as tmp:
-        env = {**os.environ, "TMPDIR": tmp}
-        proc = subprocess.Popen(
-            [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-            start_new_session=True, cwd=tmp,
-        )  # fmt: skip
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-        # multiprocessing's resource tracker notices its parent's exit on its own, a moment later
-        left = [p for p in psutil.process_iter() if _session(p) == proc.pid]
-        _, alive = psutil.wait_procs(left, timeout=10)
-        assert alive == [], f"{name} left processes behind: {[p.cmdline() for p in alive]}"
-        assert list(Path(tmp).iterdir()) == [], f"{name} left files behind in its temporary folder"
-    assert proc.returncode == 0, out
-    return out
-
-
-def _session(process) -> int | None:
-    import os
-
-    try:
-        return os.getsid(process.pid)
-    except OSError:
-        return None
 
 
 def test_example_script_runs_and_cleans_up():

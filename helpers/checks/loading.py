@@ -30,14 +30,18 @@ def worker_init_fn(fn: Any) -> Verdict:
             generator=torch.Generator().manual_seed(seed),
             multiprocessing_context=context,
         )
-        return [(row["worker"], row["augment"]) for row in loader], [(row["worker"], row["augment"]) for row in loader]
+        return _epoch(loader), _epoch(loader)
 
     try:
         (first, second), (again, _), (other, _) = draws(0), draws(0), draws(1)
     except Exception as exc:  # noqa: BLE001 - the learner's function may raise anything
         from helpers.errors import short_error
 
-        return verdict(False, "", f"the loader failed: {short_error(exc, line='last')}")
+        reason = f"the loader failed: {short_error(exc, line='last')}"
+    else:
+        reason = ""
+    if reason:
+        return verdict(False, "", reason)
     per_worker = {w: [a for worker, a in first if worker == w] for w in (0, 1)}
     if per_worker[0] == per_worker[1]:
         return verdict(False, "", "both workers still draw the same numbers: reseed info.dataset.rng per worker.")
@@ -60,6 +64,17 @@ def worker_init_fn(fn: Any) -> Verdict:
     return verdict(
         True, "workers differ, epochs differ, and a seeded DataLoader generator makes the draws reproducible.", ""
     )
+
+
+def _epoch(loader: Any) -> list[tuple[int, int]]:
+    """One epoch's (worker, augment) per sample. Its workers are shut down here, even when the learner's
+    worker_init_fn raised: a failed iterator otherwise sits in a reference cycle with its error (chapter
+    01, section 8), and its workers outlive the checker until the collector finds it."""
+    batches = iter(loader)
+    try:
+        return [(row["worker"], row["augment"]) for row in batches]
+    finally:
+        batches._shutdown_workers()  # what the iterator's __del__ does, while its queues still work
 
 
 def shard_bounds(fn: Any) -> Verdict:
