@@ -27,10 +27,12 @@ from pathlib import Path
 BUDGET = 2500
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 ASIDE = re.compile(r"<details>\s*<summary>(?P<summary>.*?)</summary>(?P<body>.*?)</details>", re.S)
-# A cell that is an exercise's task or the key points: its first heading says so.
+# A cell that starts an exercise's task or the key points: its first heading says so.
 NOT_MAIN_PATH = re.compile(r"^\s*#{1,4}\s*(Exercises?\b|Key points\b)", re.I)
 IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<src>[^)\s]+)\)")
-WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*")
+WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+FENCE = re.compile(r"```.*?```", re.S)
+HEADING = re.compile(r"^\s*#+\s")
 
 __all__ = ["BUDGET", "Count", "count", "asides", "main"]
 
@@ -46,10 +48,9 @@ class Count:
 
 
 def _words(markdown: str) -> int:
-    text = IMAGE.sub(" ", markdown)  # a picture's alt text is not prose to read
-    text = re.sub(r"<[^>]+>", " ", text)
-    text = re.sub(r"\]\([^)]*\)", "] ", text)  # a link's target is not read
-    return len(WORD.findall(text))
+    """Every word a reader meets, code blocks aside: a dotted name (`torch.distributed`) is two words, and
+    a picture's alt text and a link's target count too (a strict count: the budget holds on any reading)."""
+    return len(WORD.findall(FENCE.sub(" ", markdown)))
 
 
 def _markdown_cells(path: Path) -> list[str]:
@@ -69,6 +70,7 @@ def count(path: Path | str) -> Count:
     if path.suffix != ".ipynb" or not path.is_file():
         raise ValueError(f"path must be an existing .ipynb notebook, got {str(path)!r}")
     main = aside_words = n_asides = exercise = diagrams = 0
+    in_exercise = False  # an exercise's or the key points' text runs until the next heading
     for text in _markdown_cells(path):
         diagrams += sum(1 for m in IMAGE.finditer(text) if m["src"].startswith("figures/"))
         found = asides(text)
@@ -76,6 +78,10 @@ def count(path: Path | str) -> Count:
         aside_words += sum(_words(body) for _, body in found)
         rest = ASIDE.sub(" ", text)
         if NOT_MAIN_PATH.match(rest):
+            in_exercise = True
+        elif HEADING.match(rest):
+            in_exercise = False
+        if in_exercise:
             exercise += _words(rest)
         else:
             main += _words(rest)

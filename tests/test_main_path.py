@@ -44,16 +44,18 @@ def test_asides_are_collapsed_and_render(path):
 def test_counter_counts_only_the_main_path(tmp_path):
     cells = [
         "# Title\n\nOne two three.\n\n<details>\n<summary>Under the hood: x</summary>\n\nfour five\n\n</details>",
+        "![a picture](figures/00-x.svg) ten\n\n```python\nnot = counted\n```",
         "### Exercise 1: six seven",
+        "the exercise's text goes on",
         "## Key points\n- eight",
-        "![a picture of nine](figures/00-x.svg) ten",
     ]
     nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": s} for s in cells], "metadata": {},
           "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
     path = tmp_path / "00_x.ipynb"
     path.write_text(json.dumps(nb))
     c = main_path.count(path)
-    assert (c.main_path, c.aside_words, c.asides, c.diagrams) == (5, 2, 1, 1)
-    assert c.exercise_words == 7  # "Exercise 1 six seven" and "Key points eight"
+    # main: "Title One two three" and "a picture figures 00-x svg ten" (alt text and target count; code not)
+    assert (c.main_path, c.aside_words, c.asides, c.diagrams) == (10, 2, 1, 1)
+    assert c.exercise_words == 12  # "Exercise 1 six seven", "the exercise's text goes on", "Key points eight"
     with pytest.raises(ValueError, match="ipynb"):
         main_path.count(tmp_path / "missing.ipynb")
