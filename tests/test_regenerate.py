@@ -199,7 +199,9 @@ def test_nbval_kernels_talk_over_unix_sockets_that_go_with_them(long_tmpdir, mon
         assert sorted(p.name for p in inside.iterdir()) == ([] if long_tmpdir else [f"kernel-{n}" for n in range(1, 6)])
         msg_id = kc.execute("print(6 * 7)")
         reply = kc.get_shell_msg(timeout=30)
-        assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
+        while reply["parent_header"]["msg_id"] != msg_id:  # a reply to the start's kernel_info may come first
+            reply = kc.get_shell_msg(timeout=30)
+        assert reply["content"]["status"] == "ok"
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=False)
