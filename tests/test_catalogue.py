@@ -21,6 +21,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from test_cheatsheet import rendered_text  # a heading as JupyterLab renders it: its anchor's text
 
 import helpers.catalogue as catalogue
 from helpers.catalogue import entries
@@ -54,18 +55,6 @@ def _bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def heading_anchor(text: str) -> str:
-    parts = re.split(r"(`[^`]*`)", text)
-    out = []
-    for part in parts:
-        if part.startswith("`") and part.endswith("`") and len(part) >= 2:
-            out.append(part[1:-1])
-        else:
-            part = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", part)
-            out.append(part.replace("**", "").replace("*", ""))
-    return "".join(out).strip().replace(" ", "-")
-
-
 def _output_text(output: dict) -> str:
     if output["output_type"] == "stream":
         return "".join(output["text"])
@@ -83,7 +72,7 @@ def sections(notebook: Path) -> dict[str, list[str]]:
         if cell["cell_type"] == "markdown":
             for line in "".join(cell["source"]).splitlines():
                 if line.startswith("## "):
-                    current = heading_anchor(line[3:])
+                    current = rendered_text(line[3:]).replace(" ", "-")
                     found.setdefault(current, [])
         elif cell["cell_type"] == "code":
             found[current] += [_output_text(o) for o in cell.get("outputs", [])]

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from example_runner import run_example
 
 from helpers import hogwild
 
@@ -268,16 +265,8 @@ def test_every_process_of_a_run_is_timed_from_one_origin(task):
         assert bool((starts[1:] >= starts[:-1]).all())
 
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "03_hogwild.py"
-
-
-def test_example_script_trains_the_shared_model_and_leaves_nothing_behind(tmp_path):
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    line = done.stdout.strip().splitlines()[-1]
-    assert line.startswith("2 processes x 1000 steps, training accuracy:"), done.stdout
+def test_example_script_trains_the_shared_model_and_leaves_nothing_behind():
+    out = run_example("03_hogwild.py")
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("2 processes x 1000 steps, training accuracy:"), out
     assert float(line.split(":")[1].strip(" %")) > 80  # the parent's model learned from both processes
-    assert list(tmp_path.iterdir()) == []
