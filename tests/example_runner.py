@@ -3,6 +3,8 @@
 The script runs in a session of its own and a temporary folder of its own, with its output going to a
 file rather than a pipe: a process it left behind (a DataLoader worker that outlived its parent) would
 otherwise hold the pipe open and turn "left a process behind" into a time-out with no explanation.
+Under torchrun each rank writes to a file of its own (torchrun's --log-dir and --redirects): two ranks
+printing into one stream can interleave their lines, which once cost 09's test a line of its output.
 """
 
 from __future__ import annotations
@@ -11,11 +13,22 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@dataclass
+class Output:
+    """What a script printed: `out` and `err` as one stream each; under torchrun also `ranks`, each rank's
+    standard output, by rank."""
+
+    out: str
+    err: str
+    ranks: list[str] = field(default_factory=list)
 
 
 def _session(process: psutil.Process) -> int | None:
@@ -25,22 +38,46 @@ def _session(process: psutil.Process) -> int | None:
         return None
 
 
-def run_example(name: str, *args: str, timeout: float = 300.0) -> str:
-    """`python examples/<name> <args>`; its standard output, after checking that it exited 0 within `timeout` s and
-    left no process and no file behind."""
+def _rank_outputs(log_dir: Path, nproc: int) -> list[str]:
+    outputs = []
+    for rank in range(nproc):
+        found = sorted(log_dir.glob(f"*/attempt_0/{rank}/stdout.log"))
+        outputs.append(found[0].read_text() if found else "")
+    return outputs
+
+
+def run(name: str, *args: str, timeout: float = 300.0, nproc: int | None = None, env: dict | None = None) -> Output:
+    """`python examples/<name> <args>`, or with `nproc`, `torchrun --nproc-per-node=<nproc> ... examples/<name>`
+    on 127.0.0.1 (gloo on loopback); what it printed, after checking that it exited 0 within `timeout` s and
+    left no process and no file behind (torch's compiler cache, torchinductor_<user>, aside: any script that
+    imports torch._dynamo makes one)."""
     script = EXAMPLES / name
     if not script.is_file():
         raise ValueError(f"name must be a script in {EXAMPLES}, got {name!r}")
+    if nproc is not None and (not isinstance(nproc, int) or nproc < 1):
+        raise ValueError(f"nproc must be a positive int or None, got {nproc!r}")
     with (
         tempfile.TemporaryDirectory(prefix="example-") as tmp,
+        tempfile.TemporaryDirectory(prefix="example-logs-") as logs,
         tempfile.TemporaryFile("w+") as log,
         tempfile.TemporaryFile("w+") as errors,
     ):
-        env = {**os.environ, "TMPDIR": tmp}
+        command = [sys.executable, str(script), *args]
+        if nproc is not None:
+            command[1:1] = ["-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+                            "--rdzv-endpoint=127.0.0.1:0", "--max-restarts=0", f"--log-dir={logs}",
+                            "--redirects=3"]  # fmt: skip
+        full_env = {**os.environ, "TMPDIR": tmp, "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
         proc = subprocess.Popen(
-            [sys.executable, str(script), *args], stdout=log, stderr=errors, text=True, env=env,
-            start_new_session=True, cwd=tmp,
-        )  # fmt: skip
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=errors,
+            text=True,
+            env=full_env,
+            start_new_session=True,
+            cwd=tmp,
+        )
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -58,8 +95,18 @@ def run_example(name: str, *args: str, timeout: float = 300.0) -> str:
             process.kill()
         log.seek(0)
         errors.seek(0)
-        out, err = log.read(), errors.read()
-        assert alive == [], f"{name} left processes behind: {[p.cmdline() for p in alive]}\n{out[-2000:]}"
-        assert list(Path(tmp).iterdir()) == [], f"{name} left files behind in its temporary folder"
-    assert proc.returncode == 0, out + err
-    return out
+        output = Output(log.read(), errors.read())
+        if nproc is not None:
+            output.ranks = _rank_outputs(Path(logs), nproc)
+            output.err += "".join(p.read_text() for p in sorted(Path(logs).glob("*/attempt_0/*/stderr.log")))
+        shown = f"{output.out[-2000:]}\n{output.err[-3000:]}"
+        assert alive == [], f"{name} left processes behind: {[p.cmdline() for p in alive]}\n{shown}"
+        leftovers = [p.name for p in Path(tmp).iterdir() if not p.name.startswith("torchinductor")]
+        assert leftovers == [], f"{name} left files behind in its temporary folder: {leftovers}"
+    assert proc.returncode == 0, shown
+    return output
+
+
+def run_example(name: str, *args: str, timeout: float = 300.0) -> str:
+    """`python examples/<name> <args>`: its standard output, checked as `run` checks it."""
+    return run(name, *args, timeout=timeout).out

@@ -5,6 +5,7 @@ started once for the whole file (fork where it exists: the suite's budget has li
 import multiprocessing as mp
 import os
 
+import example_runner
 import pytest
 import torch
 
@@ -297,21 +298,10 @@ def test_two_by_two_mesh():
         )  # a quarter, but down.bias is replicated over tp
 
 
-def test_the_example_script_trains_with_fsdp2_under_torchrun(tmp_path):
+def test_the_example_script_trains_with_fsdp2_under_torchrun():
     """examples/09_fsdp.py, as a learner would run it: torchrun, 2 gloo ranks on 127.0.0.1."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parent.parent / "examples" / "09_fsdp.py"
-    env = {**os.environ, "TMPDIR": str(tmp_path), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--rdzv-backend=c10d",
-               "--rdzv-endpoint=127.0.0.1:0", str(script)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    losses = [float(line.rsplit(" ", 1)[1]) for line in done.stdout.splitlines() if line.startswith("step ")]
-    assert len(losses) == 5 and losses[-1] < losses[0]  # it trains
-    assert sorted(line for line in done.stdout.splitlines() if " holds " in line) == [
-        "rank 0 holds 41,232 of 82,464 parameters",
-        "rank 1 holds 41,232 of 82,464 parameters",
-    ]
+    rank0, rank1 = example_runner.run("09_fsdp.py", nproc=2, timeout=180, env={"OMP_NUM_THREADS": "1"}).ranks
+    losses = [float(line.rsplit(" ", 1)[1]) for line in rank0.splitlines() if line.startswith("step ")]
+    assert len(losses) == 5 and losses[-1] < losses[0], rank0  # it trains
+    assert rank0.splitlines()[-1] == "rank 0 holds 41,232 of 82,464 parameters"
+    assert rank1.splitlines() == ["rank 1 holds 41,232 of 82,464 parameters"]  # only rank 0 prints its loss

@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 
+import example_runner
 import pytest
 
 from helpers import pitfalls, watchdog
@@ -220,7 +221,6 @@ def test_tiny_tokenizer_encodes_its_words_and_marks_unknown_ones():
 
 def _probe_and_variable(parallelism, encode_in_parent):
     """tokenizers_in_worker in a watchdog child, and the variable there afterwards (must be restored)."""
-    import os
 
     os.environ["TOKENIZERS_PARALLELISM"] = "before"
     result = pitfalls.tokenizers_in_worker(parallelism, encode_in_parent)
@@ -334,30 +334,13 @@ def test_safe_get_trial_times_how_soon_a_dead_producer_is_noticed():
     assert slow == {"result": "returned 'payload'", "after crash": None}, slow
 
 
-def test_the_example_script_runs_and_leaves_nothing_behind(tmp_path):
+def test_the_example_script_runs_and_leaves_nothing_behind():
     """examples/06_safe_patterns.py, the script notebook 06 ends with, runs as a learner would run it (a
     spawn child imports torch: seconds, more on a busy machine) and leaves nothing in its temporary folder;
     a leaked semaphore would make the resource tracker warn on stderr."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(pitfalls.__file__).resolve().parents[1] / "examples" / "06_safe_patterns.py"
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "TMPDIR": str(scratch)},
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
+    done = example_runner.run("06_safe_patterns.py", timeout=120)
+    assert done.out.splitlines() == [
         "features: [0.0, 1000.0, 2000.0, 3000.0, 4000.0, 5000.0, 6000.0, 7000.0]",
         "worker exit code: 0",
     ]
-    assert done.stderr == "", done.stderr
-    assert list(scratch.iterdir()) == []
+    assert done.err == "", done.err
