@@ -63,6 +63,8 @@ __all__ = [
     "step_seconds",
     "pretrained",
     "checkpointing",
+    "pipeline_clip",
+    "offload",
 ]
 
 MODEL = {"hidden": 8192, "layers": 4, "batch": 4096}  # 4 blocks of 8192 -> 32768 -> 8192: 2.15 billion parameters;
@@ -121,13 +123,33 @@ def fake_group(rank: int, world_size: int) -> Iterator[None]:
         yield
     finally:
         dist.destroy_process_group()
+        _clear_dtensor_caches()
 
 
-def mesh_dims(layout: str, world_size: int) -> tuple[int, ...]:
-    """The device mesh a layout uses at `world_size` ranks: 1-D, or (data parallel, TP) / (replicas, shard)."""
+def _clear_dtensor_caches() -> None:
+    """Forget DTensor's cached sharding decisions. A device mesh compares equal to another of the same
+    ranks and layout, whichever of its slices this rank sits in, so after one simulation as a rank of
+    pipeline stage 1 the cache handed a rank of stage 0 the old mesh, whose process group no longer
+    exists ("Could not resolve the process group registered under the name ...")."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._redistribute import clear_redistribute_planner_cache
+
+    torch._C._clear_DTensor_sharding_propagator_cache()  # the C++ fast path's
+    DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()  # and Python's
+    clear_redistribute_planner_cache()
+
+
+def mesh_dims(layout: str, world_size: int, pp: int = 1) -> tuple[int, ...]:
+    """The device mesh a layout uses at `world_size` ranks: 1-D, or (data parallel, TP) / (replicas, shard);
+    with `pp` pipeline stages > 1, a first dimension of `pp` stages, each stage's ranks laid out as the
+    layout is at world_size / pp ranks."""
     if layout not in ALL_LAYOUTS:
         raise ValueError(f"layout must be one of {ALL_LAYOUTS}, got {layout!r}")
     world_size = positive_int("world_size", world_size)
+    if positive_int("pp", pp) > 1:
+        if world_size % pp:
+            raise ValueError(f"pp must divide world_size ({world_size}), got {pp}")
+        return (pp, *mesh_dims(layout, world_size // pp))
     if layout in ("FSDP x TP", "HSDP"):
         if world_size % TP:
             raise ValueError(f"{layout} needs world_size a multiple of {TP}, got {world_size}")
@@ -150,6 +172,7 @@ class CollectiveLog(torch.utils._python_dispatch.TorchDispatchMode):
         "allreduce_": "all-reduce",
         "all_reduce": "all-reduce",
         "broadcast_": "broadcast",
+        "send": "send",  # point to point (a pipeline's stage boundary); the receiver's recv_ is not counted
     }
 
     def __init__(self) -> None:
@@ -164,7 +187,11 @@ class CollectiveLog(torch.utils._python_dispatch.TorchDispatchMode):
         if func.namespace in ("c10d", "_c10d_functional", "c10d_functional") and name in self.KINDS:
             group = _group(func, args)
             self.calls.append((self.KINDS[name], group.size(), _whole_bytes(self.KINDS[name], args)))
-            self.machines.append(len({r // TP for r in dist.get_process_group_ranks(group)}))
+            if name == "send":  # this rank and the destination (its rank in `group`, the 3rd argument)
+                ranks = [dist.get_rank(), dist.get_global_rank(group, args[2])]
+            else:
+                ranks = dist.get_process_group_ranks(group)
+            self.machines.append(len({r // TP for r in ranks}))
         return func(*args, **(kwargs or {}))
 
 
@@ -200,15 +227,17 @@ def sent_per_rank(kind: str, group: int, nbytes: int) -> float:
     """Bytes one rank sends for one collective in the ring algorithms (notebook 05): an all-gather or a
     reduce-scatter of a `nbytes` tensor over `group` ranks sends (g - 1) / g of it, an all-reduce (a
     reduce-scatter then an all-gather) twice that; a broadcast's root sends the tensor once (a pipeline
-    of chunks along a ring or tree), which we charge to every rank as an upper bound."""
+    of chunks along a ring or tree), which we charge to every rank as an upper bound; a send, its tensor."""
     group = positive_int("group", group)
+    if kind == "send":
+        return float(nbytes)
     if kind in ("all-gather", "reduce-scatter"):
         return nbytes * (group - 1) / group
     if kind == "all-reduce":
         return 2 * nbytes * (group - 1) / group
     if kind == "broadcast":
         return float(nbytes) if group > 1 else 0.0
-    raise ValueError(f"kind must be all-gather, reduce-scatter, all-reduce or broadcast, got {kind!r}")
+    raise ValueError(f"kind must be all-gather, reduce-scatter, all-reduce, broadcast or send, got {kind!r}")
 
 
 def by_kind(calls: list[tuple[str, int, int]]) -> dict[str, dict[str, float]]:
@@ -281,6 +310,7 @@ def one_step(
     layers: int = SMALL["layers"],
     batch: int = SMALL["batch"],
     fake: bool = False,
+    pp: int = 1,
 ) -> dict[str, Any]:
     """Rank `rank` of the group that is initialised now (real or fake) runs one Adam step of
     `make_model(hidden, layers)` under `layout`: built on meta, sharded, materialised with `to_empty` and
@@ -288,40 +318,93 @@ def one_step(
     Returns the bytes the rank holds afterwards (`_held`), the collectives of the step
     (`CollectiveLog.calls`), the mesh and the rank's coordinate in it. DDP's gradients are all-reduced by
     hand, one tensor at a time (the DDP wrapper's C++ reducer cannot run on fake tensors; the bytes are
-    DDP's, the number of calls is not: DDP packs them into ~25 MB buckets)."""
+    DDP's, the number of calls is not: DDP packs them into ~25 MB buckets).
+
+    With `pp` > 1 the mesh gets a first dimension of `pp` pipeline stages (`mesh_dims`): the rank builds
+    only its stage's layers // pp blocks, applies the layout over its stage's ranks, and the stages pass
+    the boundary's activations forward and their gradients back with `dist.send` / `dist.recv`, by hand,
+    in one micro-batch (micro-batches split the same bytes into more messages)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
 
-    dims = mesh_dims(layout, world_size)
+    dims = mesh_dims(layout, world_size, pp)
     names = ("dp", "tp") if layout == "FSDP x TP" else ("replicate", "shard") if layout == "HSDP" else ("world",)
+    if pp > 1 and positive_int("layers", layers) % pp:
+        raise ValueError(f"pp must divide layers ({layers}), got {pp}")
     # the mesh and the sharding are set up on real and meta tensors; only the step runs on fake ones
-    mesh = init_device_mesh("cpu", dims, mesh_dim_names=names)
-    model = _shard(make_model(hidden, layers), layout, mesh)
-    coordinate = mesh.get_coordinate()
+    root = init_device_mesh("cpu", dims, mesh_dim_names=("pp", *names) if pp > 1 else names)
+    mesh = root[names] if pp > 1 else root  # this stage's ranks
+    model = _shard(make_model(hidden, layers // pp), layout, mesh)
+    coordinate = root.get_coordinate()
+    pipe = _Boundary(root, pp, batch, hidden, torch.bfloat16 if layout == MIXED else torch.float32)
     with FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext():
-        out = _train_one_step(model, layout, hidden, batch)
+        out = _train_one_step(model, layout, hidden, batch, mesh, pipe)
     out.update(mesh=dims, coordinate=coordinate)
     return out
 
 
-def _train_one_step(model: nn.Module, layout: str, hidden: int, batch: int) -> dict[str, Any]:
+class _Boundary:
+    """A pipeline stage's neighbours (the ranks of the same coordinate in the previous and the next stage)
+    and the shape and dtype of the activations that cross the boundary; with one stage, no neighbours."""
+
+    def __init__(self, root: Any, pp: int, batch: int, hidden: int, dtype: torch.dtype) -> None:
+        import torch.distributed as dist
+
+        self.stage = root.get_coordinate()[0] if pp > 1 else 0
+        ranks = dist.get_process_group_ranks(root.get_group("pp")) if pp > 1 else [0]
+        self.prev = ranks[self.stage - 1] if self.stage > 0 else None
+        self.next = ranks[self.stage + 1] if self.stage < pp - 1 else None
+        self.shape, self.dtype = (batch, hidden), dtype
+
+    def input(self) -> torch.Tensor:
+        """The stage's input: the data on the first stage, else the previous stage's output, received."""
+        import torch.distributed as dist
+
+        if self.prev is None:
+            return torch.randn(self.shape)
+        x = torch.empty(self.shape, dtype=self.dtype)
+        dist.recv(x, self.prev)
+        return x.requires_grad_()
+
+    def backward(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """The last stage's loss backward; the others send y forward and run backward from the gradient
+        the next stage sends back; every stage but the first sends its input's gradient back."""
+        import torch.distributed as dist
+
+        if self.next is None:
+            y.float().square().mean().backward()
+        else:
+            dist.send(y.detach(), self.next)
+            grad = torch.empty_like(y)
+            dist.recv(grad, self.next)
+            y.backward(grad)
+        if self.prev is not None:
+            dist.send(x.grad, self.prev)
+
+
+def _train_one_step(
+    model: nn.Module, layout: str, hidden: int, batch: int, mesh: Any, pipe: _Boundary
+) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     model.to_empty(device="cpu")
     _init_weights(model)
+    group = mesh.get_group() if mesh.ndim == 1 else None  # DDP's and ZeRO-1's group: this stage's ranks
     if layout == "ZeRO-1":
-        optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+        optimizer = ZeroRedundancyOptimizer(
+            model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3, process_group=group
+        )
     else:
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.randn(batch, hidden)
     log = CollectiveLog()
     with log:
+        x = pipe.input()
         y = model(x)
-        y.float().square().mean().backward()
+        pipe.backward(x, y)
         if layout in ("DDP", "ZeRO-1"):
             for p in model.parameters():
-                dist.all_reduce(p.grad)
+                dist.all_reduce(p.grad, group=group)
         optimizer.step()
     state = optimizer.optim.state if layout == "ZeRO-1" else optimizer.state
     first = next(model.parameters())
@@ -341,10 +424,11 @@ def simulate(
     hidden: int = MODEL["hidden"],
     layers: int = MODEL["layers"],
     batch: int = MODEL["batch"],
+    pp: int = 1,
 ) -> dict[str, Any]:
     """`one_step` as rank `rank` of a fake `world_size`-rank job, on fake tensors: any size, no memory."""
     with fake_group(rank, world_size):
-        return one_step(rank, world_size, layout, hidden, layers, batch, fake=True)
+        return one_step(rank, world_size, layout, hidden, layers, batch, fake=True, pp=pp)
 
 
 def real_rank(
@@ -363,14 +447,25 @@ def _psi(hidden: int, layers: int) -> dict[str, int]:
     return {"psi": whole, "replicated": replicated, "split": whole - replicated}
 
 
+def _stage(layout: str, world_size: int, layers: int, pp: int) -> tuple[int, int]:
+    """The ranks and the layers of one pipeline stage, after checking that `pp` divides both."""
+    mesh_dims(layout, world_size, pp)
+    if positive_int("layers", layers) % pp:
+        raise ValueError(f"pp must divide layers ({layers}), got {pp}")
+    return world_size // pp, layers // pp
+
+
 def held_formula(
-    layout: str, world_size: int, hidden: int = MODEL["hidden"], layers: int = MODEL["layers"]
+    layout: str, world_size: int, hidden: int = MODEL["hidden"], layers: int = MODEL["layers"], pp: int = 1
 ) -> dict[str, float]:
     """Bytes of parameters, gradients and (Adam's two moments) optimizer state per rank by the ZeRO
     paper's formulas (fp32, psi = 4 bytes x parameters, n ranks): DDP psi, psi, 2 psi; ZeRO-1 psi, psi,
     2 psi / n; FSDP (ZeRO-3) psi / n each (its reshard variants differ only during a step); tensor
     parallelism over t ranks splits all but the row-wise bias: split / t + bias; FSDP x TP shards that
-    again over dp; HSDP shards over its second mesh dimension and replicates over the first."""
+    again over dp; HSDP shards over its second mesh dimension and replicates over the first. With `pp`
+    pipeline stages a rank holds only its stage's layers / pp blocks, laid out over its stage's n / pp
+    ranks."""
+    world_size, layers = _stage(layout, world_size, layers, pp)
     dims = mesh_dims(layout, world_size)
     b = _psi(hidden, layers)
     psi, n = b["psi"], dims[0]
@@ -402,6 +497,8 @@ def sent_formula(
     hidden: int = MODEL["hidden"],
     layers: int = MODEL["layers"],
     batch: int = MODEL["batch"],
+    pp: int = 1,
+    stage: int | None = None,
 ) -> float:
     """Bytes one rank sends in one step by the formulas (ring algorithms, fp32): an all-reduce of B over
     g ranks sends 2 B (g - 1) / g, an all-gather or reduce-scatter B (g - 1) / g. DDP 2 psi (n - 1) / n;
@@ -410,7 +507,25 @@ def sent_formula(
     without resharding; resharding to 8 gathers the backward's copy within 8 ranks; TP all-reduces a
     block's activations A in each forward and in each backward but the first block's: (2 L - 1) 2 A (t - 1) / t;
     FSDP x TP: FSDP's 3 x over dp of a TP rank's bytes, plus TP's; HSDP: FSDP's 3 x over the shard
-    group, plus an all-reduce of the gradient shard over the replicas."""
+    group, plus an all-reduce of the gradient shard over the replicas.
+
+    With `pp` pipeline stages, a rank of stage `stage` sends its layout's bytes for its stage's layers / pp
+    blocks over the stage's n / pp ranks, plus the boundary's activations (A, bf16 under `MIXED`) to the
+    next stage and their gradient (A) back to the previous one; a stage after the first also all-reduces
+    its input's gradient under TP (2 L instead of 2 L - 1). `stage=None`: the busiest stage's rank."""
+    world_size, layers = _stage(layout, world_size, layers, pp)
+    if stage is None:
+        return max(sent_formula(layout, world_size * pp, hidden, layers * pp, batch, pp, s) for s in range(pp))
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
+        raise ValueError(f"stage must be an int in [0, pp) = [0, {pp}), got {stage!r}")
+    boundary = activation_bytes(hidden, batch) // (2 if layout == MIXED else 1)
+    return _sent_in_stage(layout, world_size, hidden, layers, batch, first=stage == 0) + boundary * (
+        (stage < pp - 1) + (stage > 0)
+    )
+
+
+def _sent_in_stage(layout: str, world_size: int, hidden: int, layers: int, batch: int, first: bool) -> float:
+    """`sent_formula`'s layouts over the ranks of one stage; `first`: the stage's input needs no gradient."""
     dims = mesh_dims(layout, world_size)
     b = _psi(hidden, layers)
     psi, n = b["psi"], dims[0]
@@ -419,7 +534,7 @@ def sent_formula(
         return (g - 1) / g
 
     def tp(t: int) -> float:
-        return (2 * layers - 1) * 2 * activation_bytes(hidden, batch) * ring(t)
+        return (2 * layers - first) * 2 * activation_bytes(hidden, batch) * ring(t)
 
     if layout == "DDP":
         return 2 * psi * ring(n)
@@ -447,17 +562,20 @@ def calculator(
     layers: int = MODEL["layers"],
     batch: int = MODEL["batch"],
     device_gib: float = 80.0,
+    pp: int = 1,
 ) -> dict[str, Any]:
     """Memory per rank and bytes sent per step for any size, at once, from `held_formula` and
-    `sent_formula` (tests/test_scale.py checks those against the simulation on a grid of layouts and
-    sizes). `batch` counts the tokens of a step (batch x sequence length): only tensor parallelism's
-    all-reduces depend on it. Activations are not counted (they depend on checkpointing)."""
-    held = held_formula(layout, world_size, hidden, layers)
+    `sent_formula` (tests/test_scale.py checks those against the simulation on a grid of layouts, sizes
+    and pipeline degrees). `batch` counts the tokens of a step (batch x sequence length) on each
+    data-parallel replica: tensor parallelism's all-reduces and the pipeline's sends depend on it. `pp`
+    pipeline stages: the layout runs over each stage's n / pp ranks; the bytes are the busiest stage's.
+    Activations are not counted (they depend on checkpointing and on the pipeline's schedule)."""
+    held = held_formula(layout, world_size, hidden, layers, pp)
     state = held["parameters"] + held["gradients"] + held["optimizer"]
     return {
         "parameters": parameter_count(hidden, layers),
         "state GiB per rank": state / 2**30,
-        "sent GiB per step": sent_formula(layout, world_size, hidden, layers, batch) / 2**30,
+        "sent GiB per step": sent_formula(layout, world_size, hidden, layers, batch, pp) / 2**30,
         "fits": state <= device_gib * 2**30,
     }
 
@@ -481,6 +599,10 @@ def pinned_internals() -> dict[str, bool]:
         found["torch._subclasses.fake_tensor.FakeTensorMode"] = True
     except ImportError:
         found["torch._subclasses.fake_tensor.FakeTensorMode"] = False
+    # `fake_group` clears DTensor's sharding caches with it after each simulation (see _clear_dtensor_caches)
+    found["torch._C._clear_DTensor_sharding_propagator_cache"] = hasattr(
+        torch._C, "_clear_DTensor_sharding_propagator_cache"
+    )
     return found
 
 
@@ -716,3 +838,119 @@ def checkpointing(hidden: int = 256, layers: int = 4, batch: int = 64) -> dict[s
         "formula": {"plain": layers * (one + 4 * one), "checkpointed": layers * one},
         "same gradients": all(torch.equal(a, b) for a, b in zip(grads["plain"], grads["checkpointed"], strict=True)),
     }
+
+
+# ---------------------------------------------------------------------------------- pipeline stages
+def pipeline_clip(
+    rank: int,
+    world_size: int,
+    hidden: int = SMALL["hidden"],
+    layers: int = SMALL["layers"],
+    microbatches: int = 2,
+    max_norm: float = 0.01,
+) -> dict[str, Any]:
+    """A real pipeline (`torch.distributed.pipelining`, `ScheduleGPipe`) of `make_model(hidden, layers)`
+    cut into `world_size` stages, one per rank (launched by `launch`): what this stage holds, what it
+    sends in a step (logged by `CollectiveLog`, after a first step that also exchanged the shapes), and
+    gradient clipping across stages. `clip_grad_norm_` on one
+    stage's parameters sees only that stage's norm; the global norm is the square root of the sum of the
+    stages' squared norms (an all-reduce over the pipeline's ranks), applied with `clip_grads_with_norm_`.
+    Compared with one process that holds the whole model and calls `clip_grad_norm_` on it."""
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    per = layers // world_size
+    if per * world_size != positive_int("layers", layers):
+        raise ValueError(f"world_size ({world_size}) must divide layers ({layers})")
+    torch.manual_seed(0)
+    whole = make_model(hidden, layers, device="cpu")
+    mine = list(whole)[rank * per : (rank + 1) * per]
+    stage_module = nn.Sequential(*[Block(hidden) for _ in mine])
+    stage_module.load_state_dict(nn.Sequential(*mine).state_dict())  # a copy: `whole` stays the reference
+    x = torch.randn(4 * microbatches, hidden, generator=torch.Generator().manual_seed(1))
+    target = torch.zeros(4 * microbatches, hidden)
+    stage = PipelineStage(stage_module, rank, world_size, torch.device("cpu"))
+    schedule = ScheduleGPipe(stage, n_microbatches=microbatches, loss_fn=nn.functional.mse_loss)
+    log = CollectiveLog()
+    for logged in (False, True):  # the first step also sends the shapes between the stages: not logged
+        stage_module.zero_grad(set_to_none=True)
+        with log if logged else contextlib.nullcontext():
+            if rank == 0:
+                schedule.step(x)
+            elif rank == world_size - 1:
+                schedule.step(target=target)
+            else:
+                schedule.step()
+    params = list(stage_module.parameters())
+    stage_norm = nn.utils.get_total_norm([p.grad for p in params])  # what this stage alone would clip by
+    squared = stage_norm**2
+    dist.all_reduce(squared)  # the sum over the stages
+    norm = squared.sqrt()
+    nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+    # one process with the whole model, the whole batch, and clip_grad_norm_
+    nn.functional.mse_loss(whole(x), target).backward()
+    whole_norm = nn.utils.clip_grad_norm_(whole.parameters(), max_norm)
+    reference = [p.grad for block in mine for p in block.parameters()]
+    sends = by_kind(log.calls).get("send", {"calls": 0, "sent": 0.0})
+    return {
+        "parameters here": sum(p.numel() for p in params),
+        "parameters whole": sum(p.numel() for p in whole.parameters()),
+        "stage norm": float(stage_norm),
+        "combined norm": float(norm),
+        "one process's norm": float(whole_norm),
+        "clipped gradients equal (1e-6)": all(
+            torch.allclose(p.grad, r, rtol=0, atol=1e-6) for p, r in zip(params, reference, strict=True)
+        ),
+        "sends": sends["calls"],
+        "sent": sends["sent"],
+        "boundary bytes": activation_bytes(hidden, 4 * microbatches),
+    }
+
+
+# ------------------------------------------------------------------------------------------ offload
+def offload(
+    world_size: int = 8, rank: int = 3, hidden: int = SMALL["hidden"], layers: int = SMALL["layers"]
+) -> dict[str, Any]:
+    """FSDP2's `CPUOffloadPolicy` on this machine, as rank `rank` of a fake `world_size`-rank job, real
+    tensors (a small model). The default policy pins the shards' host memory (`pin_memory=True`), which
+    needs an accelerator: its error, if any. With `pin_memory=False`: one Adam step, then the device of
+    the parameter shards, their gradients and Adam's state, whether any is pinned, and the bytes held
+    against the same step without offload."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+    def step(policy: Any) -> dict[str, Any]:
+        with fake_group(rank, world_size):
+            mesh = init_device_mesh("cpu", (world_size,))
+            model = make_model(hidden, layers)
+            for block in model:
+                fully_shard(block, mesh=mesh, offload_policy=policy)
+            fully_shard(model, mesh=mesh, offload_policy=policy)
+            model.to_empty(device="cpu")
+            _init_weights(model)
+            optimizer = torch.optim.Adam(model.parameters())
+            model(torch.randn(SMALL["batch"], hidden)).square().mean().backward()
+            optimizer.step()
+            params = list(model.parameters())
+            state = [v for p in params for v in optimizer.state[p].values() if v.dim() > 0]
+            tensors = {
+                "parameter shards": [_local(p) for p in params],
+                "gradient shards": [_local(p.grad) for p in params],
+                "Adam's state": [_local(v) for v in state],
+            }
+            return {
+                "devices": {k: sorted({str(t.device) for t in ts}) for k, ts in tensors.items()},
+                "pinned": any(t.is_pinned() for ts in tensors.values() for t in ts),
+                "held": _held(model, optimizer.state),
+            }
+
+    try:
+        step(CPUOffloadPolicy())
+        default_error = None
+    except RuntimeError as e:
+        default_error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1]}"
+    out = step(CPUOffloadPolicy(pin_memory=False))
+    out["default policy's error"] = default_error
+    out["held without offload"] = step(OffloadPolicy())["held"]
+    out["accelerator"] = torch.accelerator.is_available()
+    return out

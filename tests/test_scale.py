@@ -67,6 +67,52 @@ def test_the_calculator_agrees_with_the_simulation(layout, world, hidden, layers
     assert row["parameters"] == sum(p.numel() for p in scale.make_model(hidden, layers).parameters())
 
 
+PIPELINES = [(layout, 32, 2) for layout in scale.ALL_LAYOUTS] + [
+    (layout, 64, 4) for layout in ("DDP", "FSDP", "TP", "FSDP x TP", "HSDP", "FSDP bf16")
+]
+
+
+@pytest.mark.parametrize("layout, world, pp", PIPELINES)
+def test_with_pipeline_stages_every_stage_holds_and_sends_the_formulas_and_the_calculator_the_busiest(
+    layout, world, pp
+):
+    """Each stage's rank 3 (its coordinate 3 in the stage's own layout) against the formulas, to the byte;
+    the calculator's memory and bytes against the simulated stages' (the busiest stage's bytes)."""
+    model = {"hidden": 64, "layers": 4, "batch": 8}
+    held_all, sent_all = [], []
+    for stage in range(pp):
+        run = scale.simulate(layout, world, rank=stage * (world // pp) + 3, pp=pp, **model)
+        assert run["coordinate"][0] == stage and run["mesh"][0] == pp
+        formula = scale.held_formula(layout, world, model["hidden"], model["layers"], pp)
+        if layout != "ZeRO-1":  # torch's ZeRO-1 gives whole tensors to ranks (tested below)
+            assert {k: run["held"][k] for k in formula} == formula
+        kinds = scale.by_kind(run["calls"])
+        sent = sum(row["sent"] for row in kinds.values())
+        assert sent == pytest.approx(scale.sent_formula(layout, world, **model, pp=pp, stage=stage), rel=1e-12)
+        # the boundary: one send forward unless last, one back unless first
+        assert kinds["send"]["calls"] == (stage < pp - 1) + (stage > 0)
+        held_all.append(run["held"]["parameters"] + run["held"]["gradients"] + run["held"]["optimizer"])
+        sent_all.append(sent)
+    row = scale.calculator(layout, world, model["hidden"], model["layers"], model["batch"], pp=pp)
+    if layout != "ZeRO-1":
+        assert row["state GiB per rank"] == pytest.approx(max(held_all) / 2**30, rel=1e-12)
+    assert row["sent GiB per step"] == pytest.approx(max(sent_all) / 2**30, rel=1e-12)
+    # and a stage holds only its own blocks: pp stages hold what the whole model does without pp
+    whole = scale.simulate(layout, world // pp, rank=3, **model)["held"]["parameters"]
+    assert run["held"]["parameters"] * pp == whole
+
+
+def test_pipeline_degree_is_checked():
+    with pytest.raises(ValueError, match="pp must divide world_size"):
+        scale.calculator("FSDP", 64, 64, 4, 8, pp=3)
+    with pytest.raises(ValueError, match="pp must divide layers"):
+        scale.held_formula("FSDP", 64, 64, 3, pp=2)
+    with pytest.raises(TypeError, match="pp"):
+        scale.calculator("FSDP", 64, 64, 4, 8, pp=2.0)
+    with pytest.raises(ValueError, match="stage"):
+        scale.sent_formula("FSDP", 64, 64, 4, 8, pp=2, stage=2)
+
+
 def test_uneven_shards_make_the_first_ranks_hold_more_than_psi_over_n():
     """`down` (64 x 256) and the biases have fewer rows than 128 ranks: FSDP2 splits like torch.chunk,
     so rank 3 holds a whole row of them and rank 127 none; the formula psi / n is their mean."""
@@ -119,6 +165,7 @@ def test_sent_per_rank_is_the_ring_count():
     assert scale.sent_per_rank("all-reduce", 4, 100) == 150
     assert scale.sent_per_rank("all-gather", 4, 100) == 75
     assert scale.sent_per_rank("reduce-scatter", 1, 100) == 0
+    assert scale.sent_per_rank("send", 2, 100) == 100
     with pytest.raises(ValueError, match="kind"):
         scale.sent_per_rank("gather", 4, 100)
     with pytest.raises(TypeError, match="group"):
@@ -202,3 +249,39 @@ def test_example_dry_run_prints_one_nth_and_leaves_nothing_behind():
     assert f"rank 5 of 64 holds {psi // 64:,} bytes of parameters" in lines
     assert f"rank 5 of 64 holds {2 * psi // 64:,} bytes of Adam state" in lines
     assert lines[-1] == "parameters held x world size == the whole model: True"
+
+
+def test_a_real_pipeline_stage_holds_its_blocks_sends_the_boundary_and_clips_by_the_global_norm():
+    """torch.distributed.pipelining on 2 gloo ranks against one process with the whole model, and the
+    stages' bytes against the simulation of the same layout (pp=2)."""
+    from helpers import model_parallel
+
+    result = model_parallel.launch([scale.pipeline_clip], 2)
+    norms = []
+    for rank in (0, 1):
+        row = result[rank]["pipeline_clip"]
+        assert row["parameters here"] * 2 == row["parameters whole"]
+        assert row["sends"] == 2 and row["sent"] == row["boundary bytes"]  # 2 micro-batches, one boundary
+        assert row["combined norm"] == pytest.approx(row["one process's norm"], abs=1e-6)
+        assert row["stage norm"] < row["combined norm"]  # clip_grad_norm_ on one stage would see this
+        assert row["clipped gradients equal (1e-6)"]
+        assert row["one process's norm"] > 0.01  # max_norm: the clipping did scale the gradients
+        sim = scale.simulate("DDP", 2, rank=rank, pp=2, **SMALL)
+        assert sim["held"]["parameters"] == 4 * row["parameters here"]
+        assert scale.by_kind(sim["calls"])["send"]["sent"] == row["sent"]
+        norms.append(row["stage norm"])
+    assert sum(n**2 for n in norms) ** 0.5 == pytest.approx(result[0]["pipeline_clip"]["combined norm"], rel=1e-6)
+
+
+def test_cpu_offload_on_a_cpu_only_build_needs_pin_memory_false_and_moves_nothing():
+    """What the notebook says about CPUOffloadPolicy here: its default pins host memory, which needs an
+    accelerator; without pinning it runs, and every shard, gradient and Adam tensor is on the CPU, as
+    without offload, with the same bytes."""
+    result = scale.offload()
+    if result["accelerator"]:
+        pytest.skip("this torch has an accelerator: pinning works")
+    assert result["default policy's error"] == "RuntimeError: Cannot access accelerator device when none is available."
+    assert result["devices"] == {k: ["cpu"] for k in ("parameter shards", "gradient shards", "Adam's state")}
+    assert not result["pinned"]
+    assert result["held"] == result["held without offload"]
+    assert result["held"]["parameters"] * 8 == 4 * scale.parameter_count(SMALL["hidden"], SMALL["layers"])
