@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,8 +29,11 @@ SCRIPTS = Path(__file__).parent / "diagnose_scripts"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def diagnose(*args: str, timeout: float = 2.0, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """Run the command on `args` (a script name and its arguments, or a whole command)."""
+def diagnose(
+    *args: str, timeout: float = 2.0, extra: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run the command on `args` (a script name, or a script's absolute path, and its arguments, or a whole
+    command); `env`: variables added to this environment."""
     command = [sys.executable, str(SCRIPTS / args[0]), *args[1:]] if args[0].endswith(".py") else list(args)
     return subprocess.run(
         [sys.executable, "-m", "helpers.diagnose", "--timeout", str(timeout), *extra, "--", *command],
@@ -38,6 +42,7 @@ def diagnose(*args: str, timeout: float = 2.0, extra: tuple[str, ...] = ()) -> s
         timeout=timeout + 60,
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **env} if env else None,
     )
 
 
@@ -117,6 +122,7 @@ def test_join_before_drain() -> None:
     assert done.returncode == 124
     assert_cause(done, "join before drain", "06_deadlocks_and_pitfalls, section 4")
     assert "Queue._feed" in report(done) and "BaseProcess.join" in report(done)
+    assert "flight recorder" not in report(done)  # no process group: no line about one
 
 
 @pytest.mark.skipif("forkserver" not in mp.get_all_start_methods(), reason="no forkserver here")
@@ -169,6 +175,7 @@ def test_fork_after_openmp_shows_libgomp_frames() -> None:
     done = diagnose("openmp_fork.py", timeout=torch_deadline())
     assert_cause(done, "fork after OpenMP", "06_deadlocks_and_pitfalls, section 1")
     assert "libgomp" in report(done)
+    assert "flight recorder" not in report(done)  # torch, but no process group
 
 
 def test_waiting_in_a_collective_names_the_missing_rank() -> None:
@@ -200,6 +207,7 @@ def test_a_worker_traceback_names_the_worker() -> None:
         "DataLoader worker 0 raised KeyError: 3 in __getitem__ (worker_error.py:12)",
         "notebooks/01_dataloader_workers.ipynb#8.",
     )
+    assert "flight recorder" not in report(done)
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
@@ -608,3 +616,150 @@ def test_a_failure_seen_in_a_hang_does_not_claim_the_command_ended() -> None:
     found = deaths.from_failures(0, Facts([], 10, stderr, {}), hung=True)
     assert found is not None and "while the command still ran" in found.cause, found
     assert "exited" not in found.cause and "detach" in found.fix
+
+
+# ---- the Flight Recorder: the first collective where the ranks differ ----------------------------
+
+DESYNC = """
+import datetime, socket, sys, time
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def run(rank, port, mode):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=120))
+    for _ in range(3):
+        dist.all_reduce(torch.ones(8))
+    if rank == 1 and mode == "stuck":
+        time.sleep(600)  # rank 1 never reaches the 4th collective
+    if rank == 1 and mode == "op":
+        dist.broadcast(torch.zeros(2), src=0)  # the desync: rank 0 all-reduces 8 numbers, rank 1 broadcasts 2
+    else:
+        dist.all_reduce(torch.ones(8))
+
+if __name__ == "__main__":
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    mp.start_processes(run, args=(port, sys.argv[1]), nprocs=2, start_method="fork")
+"""
+
+
+def _flight(done: subprocess.CompletedProcess) -> list[str]:
+    """The report's Flight Recorder line and the rows under it."""
+    lines = report(done).splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith("flight recorder:")), None)
+    if at is None:
+        return []
+    rows = [lines[at]]
+    for line in lines[at + 1 :]:
+        if not line.startswith("  "):
+            break
+        rows.append(line)
+    return rows
+
+
+@pytest.fixture
+def desync(tmp_path: Path) -> Path:
+    path = tmp_path / "desync.py"
+    path.write_text(DESYNC)
+    return path
+
+
+def test_the_flight_recorder_names_the_first_collective_where_the_ranks_differ(desync: Path) -> None:
+    done = diagnose(str(desync), "op", timeout=torch_deadline())
+    assert done.returncode == 124, done.stderr
+    flight = _flight(done)
+    assert flight, report(done)
+    assert flight[0] == (
+        "flight recorder: the ranks first differ at collective #4 of group 0 (default_pg): "
+        "rank 0 called all_reduce of [[8]]; rank 1 called broadcast of [[2]]"
+    ), report(done)
+    table = "\n".join(flight)
+    assert re.search(r"4 +all_reduce \[\[8\]\] +broadcast \[\[2\]\] +False", table), table
+    assert re.search(r"3 +all_reduce \[\[8\]\] +all_reduce \[\[8\]\] +True", table), table
+    assert "07_ddp_in_practice, section 7" in table
+    assert_cause(done, "ranks out of step: rank 0 in all_reduce(), rank 1 in broadcast()", "05_ddp, section 9")
+    assert "_fr_listen" not in report(done) and "diagnose-flight-recorder" not in report(done)  # our thread
+
+
+def test_the_flight_recorder_names_a_rank_that_never_reached_a_collective(desync: Path) -> None:
+    done = diagnose(str(desync), "stuck", timeout=torch_deadline())
+    flight = _flight(done)
+    assert flight and flight[0] == (
+        "flight recorder: rank 1 never reached collective #4 of group 0 (default_pg), where rank 0 called "
+        "all_reduce of [[8]] (rank 1's last was #3)"
+    ), report(done)
+    assert re.search(r"4 +all_reduce \[\[8\]\] +\(never reached\) +False", "\n".join(flight)), flight
+
+
+def test_with_the_flight_recorder_off_the_verdict_still_comes_with_one_line_saying_so(desync: Path) -> None:
+    done = diagnose(str(desync), "op", timeout=torch_deadline(), env={"TORCH_FR_BUFFER_SIZE": "0"})
+    assert _flight(done) == ["flight recorder: no collective recorded (TORCH_FR_BUFFER_SIZE=0 turns it off)"], report(
+        done
+    )
+    assert_cause(done, "ranks out of step: rank 0 in all_reduce(), rank 1 in broadcast()", "05_ddp, section 9")
+
+
+def _entry(seq: int, op: str, sizes: list, group: str = "0", created: int = 0) -> dict:
+    desc = "default_pg" if group == "0" else "undefined"
+    return {
+        "collective_seq_id": seq,
+        "profiling_name": f"gloo:{op}",
+        "input_sizes": sizes,
+        "process_group": (group, desc),
+        "is_p2p": False,
+        "time_created_ns": created or seq,
+    }
+
+
+def test_first_difference_reads_operations_sizes_absent_ranks_and_ring_buffer_windows() -> None:
+    from helpers.diagnose.collectives import first_difference
+
+    same = [_entry(1, "all_reduce", [[8]]), _entry(2, "barrier", [])]
+    assert first_difference({0: same, 1: list(same)}) is None
+    sizes = first_difference({0: same, 1: [same[0], _entry(2, "barrier", [[1]])]})
+    assert sizes is not None and sizes.seq == 2
+    diff = first_difference({0: same + [_entry(3, "all_reduce", [[8]])], 1: same})
+    assert diff is not None and diff.seq == 3 and diff.calls[1] is None and diff.last[1] == 2
+    # rank 0's buffer kept only #3..#6: the comparison starts where both ranks still have records
+    late = [_entry(i, "all_reduce", [[8]]) for i in range(3, 7)]
+    early = [_entry(i, "all_reduce", [[8]]) for i in range(1, 6)] + [_entry(6, "broadcast", [[2]])]
+    diff = first_difference({0: late, 1: early})
+    assert diff is not None and diff.seq == 6
+    # a rank that called nothing in the default group never reached its first collective
+    diff = first_difference({0: same, 1: []})
+    assert diff is not None and diff.seq == 1 and diff.calls[1] is None
+    # a side group's difference, found though the default group agrees
+    side = {0: same + [_entry(1, "all_reduce", [[3]], "1", 9)], 1: same + [_entry(1, "broadcast", [[3]], "1", 9)]}
+    diff = first_difference(side)
+    assert diff is not None and diff.group == "group 1" and diff.seq == 1
+
+
+def _ready(folder: Path, pid: int, rank: int) -> None:
+    (folder / f"fr-ready-{pid}.txt").write_text(f"{pid} {rank}\n")
+
+
+def test_the_flight_recorder_verdict_says_why_there_are_no_records(tmp_path: Path) -> None:
+    import pickle
+
+    from helpers.diagnose.collectives import verdict
+
+    assert verdict(tmp_path) == []  # no process made a group: no line at all
+    _ready(tmp_path, 101, 0)
+    _ready(tmp_path, 102, 1)
+    assert verdict(tmp_path) == [
+        "flight recorder: unavailable: no rank wrote its records (each ended before it could, or none answered in time)"
+    ]
+    (tmp_path / "fr-101.err").write_text("AttributeError: module has no attribute '_dump_fr_trace'\n")
+    assert verdict(tmp_path) == [
+        "flight recorder: unavailable: AttributeError: module has no attribute '_dump_fr_trace'"
+    ]
+    (tmp_path / "fr-101-rank0.pkl").write_bytes(pickle.dumps({"entries": [_entry(1, "all_reduce", [[8]])]}))
+    assert verdict(tmp_path) == [
+        "flight recorder: records from rank 0 only: its last collective was #1, all_reduce of [[8]]; "
+        "no record from rank(s) 1 (ended before writing one)"
+    ]
+    (tmp_path / "fr-102-rank1.pkl").write_bytes(pickle.dumps({"entries": [_entry(1, "all_reduce", [[8]])]}))
+    assert verdict(tmp_path) == [
+        "flight recorder: the ranks' records agree (collectives recorded: rank 0: 1, rank 1: 1)"
+    ]
+    (tmp_path / "fr-102-rank1.pkl").write_bytes(b"not a pickle")
+    assert verdict(tmp_path)[0].startswith("flight recorder: records from rank 0 only")

@@ -7,6 +7,8 @@ hangs or dies, say why and where the course explains it.
   and its role.
 * `patterns`: the hangs of notebook 06 (and 01, 05) as rules over the evidence; `deaths`: a process that
   died (a signal, an exit code, a worker's traceback).
+* `collectives`: torch's Flight Recorder, each rank's records collected at the deadline (or as ranks end),
+  and the first collective where the ranks differ.
 * `cli`: the command line and the report.
 """
 

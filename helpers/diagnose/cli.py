@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from helpers.diagnose import deaths, patterns, stacks, tree
+from helpers.diagnose import collectives, deaths, patterns, stacks, tree
 from helpers.diagnose.patterns import Facts, Finding
 
 USAGE = "usage: python -m helpers.diagnose [--timeout S] [--no-py-spy] -- COMMAND ..."
@@ -85,6 +85,7 @@ def _child_env(folder: Path, private_tmp: Path) -> dict[str, str]:
     env["HELPERS_DIAGNOSE_DIR"] = str(folder)
     env["HELPERS_DIAGNOSE_PID"] = str(os.getpid())
     env["TMPDIR"] = str(private_tmp)  # torchrun's and DataLoader's temporary files go here, removed at the end
+    collectives.prepare(folder, env)  # the Flight Recorder on, and the FIFO that asks the ranks for it
     return env
 
 
@@ -99,7 +100,9 @@ def _stack_block(proc: stacks.Proc) -> list[str]:
     return lines
 
 
-def _report(headline: str, procs: list[stacks.Proc], findings: list[Finding], spy_note: str) -> list[str]:
+def _report(
+    headline: str, procs: list[stacks.Proc], findings: list[Finding], spy_note: str, flight: list[str]
+) -> list[str]:
     lines = ["", f"diagnose: {headline}", "", "processes:"]
     for proc in procs:
         lines.append(f"  pid {proc.pid:<7} {proc.role:<28} {proc.status:<9} {shlex.join(proc.cmdline)[:70]}")
@@ -119,6 +122,7 @@ def _report(headline: str, procs: list[stacks.Proc], findings: list[Finding], sp
             "Read the stacks below from the innermost frame: what does each process wait for?",
             f"read: {patterns.SECTIONS['kit']}, and the table of section 11",
         ]
+    lines += flight
     lines += ["", "stacks (innermost frame first):"]
     for proc in procs:
         lines += _stack_block(proc)
@@ -148,6 +152,19 @@ def _take_stacks(run: tree.Tree, folder: Path, use_spy: bool) -> tuple[list[stac
     stacks.take_with_faulthandler([p for p in procs if not p.threads], folder)
     stacks.assign_roles(procs, run.pid)
     return procs, note
+
+
+def _wait(run_: tree.Tree, deadline: float, stop: threading.Event, watch: collectives.Watch) -> int | None:
+    """`tree.wait`, looking between its looks whether a rank has ended (then the others dump their
+    records before their launcher ends them)."""
+    while True:
+        code = tree.wait(run_, min(deadline, time.monotonic() + 0.2), stop)
+        if code is not None or stop.is_set() or time.monotonic() >= deadline:
+            return code
+        try:
+            watch.look()
+        except Exception:  # noqa: BLE001 - the records are extra evidence, the run is the user's
+            watch.fired = True
 
 
 def _exit_code(code: int) -> int:
@@ -183,11 +200,12 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
     except OSError as exc:
         _say(f"diagnose: error: cannot run {command[0]!r}: {exc.strerror or exc}")
         return USAGE_ERROR
-    code = tree.wait(run_, time.monotonic() + timeout, stop)
+    code = _wait(run_, time.monotonic() + timeout, stop, collectives.Watch(folder))
     if code is None and not interrupted.is_set():
         code = run_.proc.poll()  # it may have ended just at the deadline
     shown = shlex.join(command)
     if code is not None:
+        collectives.prefetch(folder)  # while the rest of the tree settles
         procs = stacks.describe([p for p in run_.processes()])
         listening = tree.listening(run_)  # before the rest of the tree is ended: who holds which port
         left = tree.settle(run_, shm_before)
@@ -204,6 +222,7 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
             finding = None
             _say(f"\ndiagnose: internal error while reading the failure ({type(exc).__name__}: {exc})")
         if finding is not None:
+            flight = collectives.report(folder)
             how = f"died of {deaths.signal_name(-code)}" if code < 0 else f"exited with code {code}"
             _say(
                 "\n".join(
@@ -215,6 +234,7 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
                         *[f"  {e}" for e in finding.evidence],
                         f"fix: {finding.fix}",
                         f"read: {finding.section}",
+                        *flight,
                     ]
                 )
             )
@@ -226,6 +246,7 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
         return _exit_code(code)
     elapsed = time.monotonic() - run_.started
     try:
+        collectives.collect(folder)  # first: each rank's records, while every rank still runs
         procs, spy_note = _take_stacks(run_, folder, use_spy)
         facts = Facts(procs, run_.pid, run_.stderr_text(), run_.seen, _shm_free(), stacks.ended(folder), list(command))
         findings = patterns.diagnose_hang(facts)
@@ -233,7 +254,8 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
         if failed is not None and failed.score >= 2:
             findings = sorted(findings + [failed], key=lambda f: -f.score) if findings else [failed]
         why = "interrupted (Ctrl-C)" if interrupted.is_set() else f"still running after {elapsed:.1f} s (--timeout)"
-        _say("\n".join(_report(f"`{shown}` {why}: {len(procs)} process(es)", procs, findings, spy_note)))
+        flight = collectives.report(folder)
+        _say("\n".join(_report(f"`{shown}` {why}: {len(procs)} process(es)", procs, findings, spy_note, flight)))
     except Exception as exc:  # a bug of ours must not leave the command running
         _say(f"\ndiagnose: internal error while reading the stacks ({type(exc).__name__}: {exc}); ending the command")
     killed = tree.end(run_, shm_before)

@@ -193,6 +193,11 @@ def _spy(spy: str, pid: int, native: bool, on_start) -> tuple[list[Thread] | Non
         return None, f"unreadable py-spy output ({exc})"
 
 
+def _ours(thread: Thread) -> bool:
+    """diagnose's own Flight Recorder thread (helpers/diagnose_site), left out of the stacks."""
+    return any(f.name.endswith("_fr_listen") and "diagnose_site" in f.file for f in thread.frames)
+
+
 def _parse_spy(data: list[dict]) -> list[Thread]:
     threads = []
     for item in data:
@@ -204,7 +209,7 @@ def _parse_spy(data: list[dict]) -> list[Thread]:
             local_vars = {v["name"]: v.get("repr", "") for v in (f.get("locals") or [])}
             frames.append(Frame(f["name"], f.get("filename", ""), int(f.get("line", 0)), native, local_vars))
         threads.append(Thread(item.get("thread_name") or hex(item.get("thread_id", 0)), not item["active"], frames))
-    return threads
+    return [t for t in threads if not _ours(t)]
 
 
 def _status(pid: int) -> str:
@@ -286,6 +291,7 @@ def parse_faulthandler(text: str) -> list[Thread]:
         if frame and threads:
             file, lineno, name = frame.group(1), int(frame.group(2)), frame.group(3)
             threads[-1].frames.append(Frame(enclosing_qualname(file, lineno, name), file, lineno))
+    threads = [t for t in threads if not _ours(t)]
     _name_main_thread(threads)
     return threads
 

@@ -7,8 +7,8 @@ optionally Reproduces (`no: why`) and Wrap (`shm`: run inside a private 16 MB /d
 
 Expect is `nothing` (the script ends well and diagnose says nothing), `not hung` (diagnose must say the
 script is slow, not hung), or phrases joined by `&&`: the first must be in the cause line (the cause is
-named there, not only in advice), the others anywhere in the verdict (cause, evidence, fix, read); a phrase
-starting with `!` must not appear in the cause line. Timeout is seconds, or
+named there, not only in advice), the others anywhere in the verdict (cause, evidence, fix, read, and the
+Flight Recorder's line); a phrase starting with `!` must not appear in the cause line. Timeout is seconds, or
 `torch F`: F times this machine's `import torch` time plus 2 s (a loaded machine imports slowly).
 
 `python tests/diagnose_corpus/corpus.py [--root DIR]` runs every case and prints the score table of the
@@ -74,7 +74,8 @@ class Outcome:
 
     @property
     def verdict(self) -> str:
-        """The cause line through the `read:` line (not the `also possible` lines, nor the stacks)."""
+        """The cause line through the `read:` line, and the Flight Recorder's line (not the `also possible`
+        lines, nor the stacks)."""
         lines = self.report.splitlines()
         start = next((i for i, line in enumerate(lines) if line.startswith(_VERDICT_START)), None)
         if start is None:
@@ -84,6 +85,8 @@ class Outcome:
             block.append(line)
             if line.startswith("read:"):
                 break
+        # the Flight Recorder's line (the first collective where the ranks differ) is part of the verdict
+        block += [line for line in lines if line.startswith("flight recorder:")]
         return "\n".join(block)
 
 
