@@ -91,3 +91,24 @@ def sends():
             x += w
         note(ax, x + 0.1, y + 0.35, f"= {total}", "message", ha="left", size=FONT - 1)
     return fig
+
+
+@figure(
+    "10-pipeline-stages",
+    alt="Two pipeline stages, each with only its own blocks, pass activations forward and their gradient back, "
+    "and add their squared gradient norms to clip by the global norm",
+)
+def pipeline_stages():
+    fig, ax = canvas(8, 3.3)
+    for stage, x in ((0, 0.3), (1, 4.7)):
+        box(ax, x, 1.6, 3.0, 1.5, f"stage {stage} = rank {stage}", "process", align="top", size=FONT - 1)
+        box(ax, x + 0.3, 1.75, 2.4, 0.8, f"block {stage}: its own\nparameters and Adam state", "data", size=FONT - 2)
+        note(ax, x + 1.5, 1.3, rf"$\|g_{stage}\|^2$ of its gradients", "process", size=FONT - 2)
+    arrow(ax, (3.35, 2.7), (4.65, 2.7), "activations", "message", size=FONT - 2)
+    arrow(ax, (4.65, 2.0), (3.35, 2.0), "their gradient", "message", size=FONT - 2, label_offset=(0.0, -0.38))
+    box(ax, 3.25, 0.6, 1.5, 0.55, "all-reduce: sum", "message", size=FONT - 2)
+    arrow(ax, (1.8, 1.12), (3.2, 0.88), kind="message")
+    arrow(ax, (6.2, 1.12), (4.8, 0.88), kind="message")
+    note(ax, 4.0, 0.25, r"every stage clips by $\sqrt{\|g_0\|^2 + \|g_1\|^2}$, the norm of all the gradients",
+         "message", size=FONT - 2)  # fmt: skip
+    return fig
