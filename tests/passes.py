@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
@@ -137,15 +138,16 @@ class Job:
 def run_jobs(
     jobs: list[Job],
     limit: int,
-    finished: Callable[[Job, int, float], None],
+    finished: Callable[[Job, int, float, float], None],
     announce: bool = False,
     may_add: Callable[[float], bool] | None = None,
 ) -> None:
     """Run `jobs` in the order given, at most `limit` at a time, and call `finished(job, exit code,
-    seconds)` as each one ends. With `may_add`, a job beyond the first one running starts only when
-    `may_add(seconds since the last start)` says so (see `IdleMeter`). With `announce`, say when each
-    starts and, every minute, which are still running. Whatever happens (Ctrl-C, an error in `finished`),
-    no job is left running."""
+    seconds, CPU seconds)` as each one ends (its CPU time includes every process it waited for, e.g. a
+    notebook's kernel and the workers the kernel started). With `may_add`, a job beyond the first one
+    running starts only when `may_add(seconds since the last start)` says so (see `IdleMeter`). With
+    `announce`, say when each starts and, every minute, which are still running. Whatever happens
+    (Ctrl-C, an error in `finished`), no job is left running."""
     pending = list(jobs)
     running: list[tuple[Job, subprocess.Popen[bytes], float]] = []
     t_all = last_note = last_start = time.monotonic()
@@ -161,10 +163,14 @@ def run_jobs(
                 running.append((job, proc, last_start))
                 if announce:
                     print(f"passes: started '{job.name}'", flush=True)
-            done = [entry for entry in running if entry[1].poll() is not None]
-            for entry in done:
-                running.remove(entry)
-                finished(entry[0], entry[1].returncode, time.monotonic() - entry[2])
+            done = []
+            for entry in list(running):
+                before = _children_cpu()
+                if entry[1].poll() is not None:  # reaped now: its CPU time joins RUSAGE_CHILDREN
+                    running.remove(entry)
+                    done.append((entry, _children_cpu() - before))
+            for (job, proc, started), cpu in done:
+                finished(job, proc.returncode, time.monotonic() - started, cpu)
             if announce and running and time.monotonic() - last_note > 60:
                 names = ", ".join(f"'{entry[0].name}'" for entry in running)
                 print(f"passes: still running after {(time.monotonic() - t_all) / 60:.0f} min: {names}", flush=True)
@@ -176,6 +182,12 @@ def run_jobs(
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+def _children_cpu() -> float:
+    """User and system CPU seconds of every child this process has reaped, with their reaped descendants."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class IdleMeter:
@@ -282,12 +294,14 @@ def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None,
         jobs = 1
     base = Path(tempfile.mkdtemp(prefix="unit-", dir=os.environ.get("TMPDIR")))
     worst = 0
+    cpus: list[tuple[float, float, str]] = []
 
-    def finished(job: Job, code: int, seconds: float) -> None:
+    def finished(job: Job, code: int, seconds: float, cpu: float) -> None:
         nonlocal worst
         if code not in (0, 5):  # 5: no test collected
             worst = 1
         sys.stdout.write(job.log.read_text(errors="replace"))
+        cpus.append((cpu, seconds, job.name))
         sys.stdout.flush()
 
     todo = []
@@ -302,22 +316,26 @@ def run_unit_files(extra: list[str], jobs: int, files: list[Path] | None = None,
         run_jobs(todo, jobs, finished, may_add=IdleMeter() if adapt else None)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    # where the unit pass's time goes, for whoever wants `make test` shorter
+    print(f"\nunit pass: {sum(c for c, _, _ in cpus):.0f} s of CPU; the pytest processes, most CPU first:")
+    for cpu, seconds, name in sorted(cpus, reverse=True):
+        print(f"  {cpu:6.0f} s CPU {seconds:6.0f} s wall  {name}")
     return worst
 
 
 def run(passes: list[Pass], prefix: list[str] | None, extra: list[str]) -> int:
     """Start every pass (all at once when `prefix` isolates them, else one by one); return the exit code."""
     base = Path(tempfile.mkdtemp(prefix="passes-"))
-    results: list[tuple[Pass, int, float, dict[str, int]]] = []
+    results: list[tuple[Pass, int, float, float, dict[str, int]]] = []
     print(f"passes: {len(passes)} pass(es), " + ("side by side" if prefix else "one after another"), flush=True)
     by_name = {p.name: p for p in passes}
 
-    def finished(job: Job, code: int, seconds: float) -> None:
+    def finished(job: Job, code: int, seconds: float, cpu: float) -> None:
         text = job.log.read_text(errors="replace")
         print(f"\n{'=' * 30} pass '{job.name}': exit {code} after {seconds / 60:.1f} min {'=' * 30}", flush=True)
         sys.stdout.write(text)
         sys.stdout.flush()
-        results.append((by_name[job.name], code, seconds, _counts(text)))
+        results.append((by_name[job.name], code, seconds, cpu, _counts(text)))
 
     todo = []
     for i, p in enumerate(passes):
@@ -333,15 +351,16 @@ def run(passes: list[Pass], prefix: list[str] | None, extra: list[str]) -> int:
     return _report(results, time.monotonic() - t_all)
 
 
-def _report(results: list[tuple[Pass, int, float, dict[str, int]]], seconds: float) -> int:
+def _report(results: list[tuple[Pass, int, float, float, dict[str, int]]], seconds: float) -> int:
     print(f"\n{'=' * 30} summary of {len(results)} pass(es), {seconds / 60:.1f} min in all {'=' * 30}")
     total: dict[str, int] = {}
     worst = 0
-    for p, code, secs, counts in results:
+    for p, code, secs, cpu, counts in results:
         for k, v in counts.items():
             total[k] = total.get(k, 0) + v
         shown = ", ".join(f"{v} {k}" for k, v in counts.items()) or "no test summary"
-        print(f"  {'ok  ' if code == 0 else 'FAIL'}  {secs / 60:5.1f} min  {p.name}: {shown} (exit {code})")
+        timing = f"{secs / 60:5.1f} min  {cpu:5.0f} s CPU"
+        print(f"  {'ok  ' if code == 0 else 'FAIL'}  {timing}  {p.name}: {shown} (exit {code})")
         worst = worst or code
     failed = total.get("failed", 0) + total.get("error", 0) + total.get("errors", 0)
     print(f"{total.get('passed', 0)} passed, {failed} failed")

@@ -25,11 +25,21 @@ def test_run_jobs_keeps_the_limit_and_reports_every_job(tmp_path):
     stamp = "import sys, time; print(time.time()); time.sleep(0.5); print(time.time()); sys.exit({})"
     jobs = [_job(tmp_path, f"j{i}", stamp.format(i)) for i in range(3)]
     seen = []
-    passes.run_jobs(jobs, 2, lambda job, code, secs: seen.append((job.name, code, job.log.read_text().split())))
+    passes.run_jobs(jobs, 2, lambda job, code, secs, cpu: seen.append((job.name, code, job.log.read_text().split())))
     assert sorted(name for name, _, _ in seen) == ["j0", "j1", "j2"]
     assert {name: code for name, code, _ in seen} == {"j0": 0, "j1": 1, "j2": 2}
     spans = sorted((float(a), float(b)) for _, _, (a, b) in seen)
     assert spans[2][0] >= min(spans[0][1], spans[1][1]) - 0.05  # the third started after one had ended
+
+
+def test_run_jobs_reports_each_jobs_own_cpu_time_with_its_children(tmp_path):
+    busy = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'sum(range(30_000_000))'], check=True)"
+    jobs = [_job(tmp_path, "busy child", busy), _job(tmp_path, "sleeper", "import time; time.sleep(1)")]
+    cpu = {}
+    passes.run_jobs(jobs, 2, lambda job, code, secs, used: cpu.update({job.name: (used, secs)}))
+    used, seconds = cpu["busy child"]
+    assert used > 0.3  # the grandchild's loop, counted through the job that waited for it
+    assert cpu["sleeper"][0] < 0.3 < used
 
 
 def test_run_jobs_adds_a_job_beside_a_running_one_only_when_may_add_says_so(tmp_path):
@@ -42,12 +52,12 @@ def test_run_jobs_adds_a_job_beside_a_running_one_only_when_may_add_says_so(tmp_
 
     jobs = [_job(tmp_path, f"j{i}", stamp) for i in range(3)]
     seen = []
-    passes.run_jobs(jobs, 3, lambda job, code, secs: seen.append(job.log.read_text().split()), may_add=never)
+    passes.run_jobs(jobs, 3, lambda job, code, secs, cpu: seen.append(job.log.read_text().split()), may_add=never)
     spans = sorted((float(a), float(b)) for a, b in seen)
     assert len(spans) == 3 and asked  # asked while one ran, and refused
     assert all(later[0] >= earlier[1] - 0.05 for earlier, later in itertools.pairwise(spans))  # one at a time
     seen.clear()
-    passes.run_jobs(jobs, 3, lambda job, code, secs: seen.append(job.log.read_text().split()), may_add=lambda s: True)
+    passes.run_jobs(jobs, 3, lambda job, *_: seen.append(job.log.read_text().split()), may_add=lambda s: True)
     starts = sorted(float(a) for a, _ in seen)
     assert starts[2] - starts[0] < 0.3  # all three side by side
 
@@ -77,7 +87,7 @@ def test_idle_meter_reads_the_idle_share_of_its_last_window_and_waits_after_a_st
 def test_run_jobs_leaves_nothing_running_when_a_report_fails(tmp_path):
     jobs = [_job(tmp_path, "quick", "pass"), _job(tmp_path, "slow", "import time; time.sleep(60)")]
 
-    def finished(job, code, seconds):
+    def finished(job, code, seconds, cpu):
         raise RuntimeError("the report failed")
 
     def alive_children():
