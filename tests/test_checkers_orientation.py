@@ -89,7 +89,10 @@ def test_fork_safe_settings_fork_hangs_every_time(openmp_pool_of_two):
 
 
 def test_fork_safe_settings_spawn_is_correct_every_time():
-    assert verdicts(checks.fork_safe_settings, "spawn", 2, timeout=60) == {"Correct:"}
+    # 5 runs, not RUNS: each starts a fresh interpreter that imports torch (about 1.5 s of CPU), and a spawn
+    # child copies nothing of this process, so what could vary between runs is only the machine's load
+    verdicts = {repr(checks.fork_safe_settings("spawn", 2, timeout=60)).split(" ")[0] for _ in range(5)}
+    assert verdicts == {"Correct:"}
 
 
 PLACEHOLDER_SCRIPT = """
