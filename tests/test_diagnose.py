@@ -743,6 +743,14 @@ def test_the_flight_recorder_verdict_says_why_there_are_no_records(tmp_path: Pat
     from helpers.diagnose.collectives import verdict
 
     assert verdict(tmp_path) == []  # no process made a group: no line at all
+    _ready(tmp_path, 100, 0)
+    (tmp_path / "fr-100-rank0.pkl").write_bytes(pickle.dumps({"entries": [_entry(1, "broadcast", [[25]])]}))
+    assert verdict(tmp_path) == [
+        "flight recorder: only rank 0 made a process group, nothing to compare: its last collective was #1, "
+        "broadcast of [[25]]"
+    ]
+    for path in tmp_path.iterdir():
+        path.unlink()
     _ready(tmp_path, 101, 0)
     _ready(tmp_path, 102, 1)
     assert verdict(tmp_path) == [
@@ -755,7 +763,7 @@ def test_the_flight_recorder_verdict_says_why_there_are_no_records(tmp_path: Pat
     (tmp_path / "fr-101-rank0.pkl").write_bytes(pickle.dumps({"entries": [_entry(1, "all_reduce", [[8]])]}))
     assert verdict(tmp_path) == [
         "flight recorder: records from rank 0 only: its last collective was #1, all_reduce of [[8]]; "
-        "no record from rank(s) 1 (ended before writing one)"
+        "no record from rank(s) 1 (ended before writing one, or did not answer in time)"
     ]
     (tmp_path / "fr-102-rank1.pkl").write_bytes(pickle.dumps({"entries": [_entry(1, "all_reduce", [[8]])]}))
     assert verdict(tmp_path) == [

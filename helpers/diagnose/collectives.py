@@ -294,7 +294,11 @@ def verdict(folder: Path, table: bool = True) -> list[str]:
     dumps, errors = read(folder)
     by_rank = _by_rank(expected, dumps)
     silent = sorted({r for pid, r in expected.items() if pid not in dumps and r is not None} - set(by_rank))
-    no_record = f"; no record from rank(s) {', '.join(map(str, silent))} (ended before writing one)" if silent else ""
+    no_record = (
+        f"; no record from rank(s) {', '.join(map(str, silent))} (ended before writing one, or did not answer in time)"
+        if silent
+        else ""
+    )
     if not by_rank:
         why = (
             errors[0] if errors else "no rank wrote its records (each ended before it could, or none answered in time)"
@@ -310,6 +314,8 @@ def verdict(folder: Path, table: bool = True) -> list[str]:
             rank, entries = next(iter(by_rank.items()))
             last = entries[-1] if entries else None
             tail = f": its last collective was #{last.get('collective_seq_id')}, {_call(last)}" if last else ""
+            if len(expected) == 1:  # a job of one rank (or the only rank that got as far as a group)
+                return [f"flight recorder: only rank {rank} made a process group, nothing to compare{tail}"]
             return [f"flight recorder: records from rank {rank} only{tail}" + no_record]
         counts = ", ".join(f"rank {r}: {len(e)}" for r, e in sorted(by_rank.items()))
         return [f"flight recorder: the ranks' records agree (collectives recorded: {counts})" + no_record]
