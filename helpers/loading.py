@@ -445,9 +445,26 @@ def measure_throughput(
     for work the workers' windows leave out (seen: 8.05 of 8 for sleeping workers). With a `step`, the
     main process's work is part of what is measured: the baseline is timed by its window too.
     """
+    return _measure(_stamped_loader(dataset, num_workers, batch_size, multiprocessing_context), batches, step)
+
+
+def _stamped_loader(
+    dataset: Dataset, num_workers: int, batch_size: int, multiprocessing_context: Any = None, persistent: bool = False
+) -> DataLoader:
     positive_int("num_workers", num_workers, minimum=0)
     positive_int("batch_size", batch_size)
-    total = len(dataset) // batch_size  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {"batch_size": batch_size, "drop_last": True}
+    if num_workers:
+        kwargs.update(
+            num_workers=num_workers, multiprocessing_context=multiprocessing_context, persistent_workers=persistent
+        )
+    return DataLoader(_Stamped(dataset), **kwargs)
+
+
+def _measure(loader: DataLoader, batches: int | None, step: Callable[[Any], Any] | None) -> Throughput:
+    """One epoch of `loader` (see `measure_throughput`); with persistent workers, those of the last epoch."""
+    num_workers, batch_size = loader.num_workers, loader.batch_size
+    total = len(loader.dataset) // batch_size  # type: ignore[arg-type,operator]
     per_round = max(1, num_workers)
     warmup = 2 * num_workers if num_workers else 1
     batches = total if batches is None else positive_int("batches", batches)
@@ -457,10 +474,6 @@ def measure_throughput(
             f" round timed) and {total} (the dataset's full batches), got {batches}"
         )
     timed = (batches - warmup) // per_round * per_round  # whole rounds only
-    kwargs: dict[str, Any] = {"batch_size": batch_size, "drop_last": True}
-    if num_workers:
-        kwargs.update(num_workers=num_workers, multiprocessing_context=multiprocessing_context)
-    loader = DataLoader(_Stamped(dataset), **kwargs)
     t0 = time.perf_counter()
     iterator = iter(loader)
     windows: dict[int, list[float]] = {}  # worker -> [first start, last end, samples]
@@ -503,6 +516,10 @@ def sweep(
     counts taking turns within each round so that a burst of other work hits them all; each result is
     then the median round, with every round kept in `rounds`.
     A sweep goes past the core count on purpose, so DataLoader's warning about it is silenced here.
+    Each worker count starts its workers once: the rounds reuse them (`persistent_workers`), since under
+    spawn every start costs a fresh interpreter importing torch (seconds), which the rounds would
+    otherwise pay again and again without measuring anything new. The start-up reported is the first
+    round's, the one with fresh workers.
     """
     if not workers:
         raise ValueError("workers must list at least one worker count")
@@ -518,17 +535,23 @@ def sweep(
     runs: dict[int, list[Throughput]] = {n: [] for n in workers}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="This DataLoader will create")
-        for n in tqdm(plan, desc="num_workers", disable=not progress, leave=False):
-            runs[n].append(measure_throughput(dataset, n, batch_size, batches, step))
+        loaders = {n: _stamped_loader(dataset, n, batch_size, persistent=rounds > 1) for n in workers}
+        try:
+            for n in tqdm(plan, desc="num_workers", disable=not progress, leave=False):
+                runs[n].append(_measure(loaders[n], batches, step))
+        finally:
+            del loaders  # persistent workers end with their loader
+            gc.collect()  # see _COLLECT
     return [_median_round(runs[n]) for n in workers]
 
 
 def _median_round(runs: list[Throughput]) -> Throughput:
-    """The run with the median throughput (the lower middle one for an even count), all rounds attached."""
+    """The run with the median throughput (the lower middle one for an even count), all rounds attached,
+    and the first round's start-up (later rounds of a sweep reuse its workers)."""
     if len(runs) == 1:
         return runs[0]
     middle = sorted(runs, key=lambda r: r.samples_per_s)[(len(runs) - 1) // 2]
-    return replace(middle, rounds=tuple(r.samples_per_s for r in runs))
+    return replace(middle, startup=runs[0].startup, rounds=tuple(r.samples_per_s for r in runs))
 
 
 def epoch_start_costs(

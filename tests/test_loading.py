@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 
 import numpy as np
+import psutil
 import pytest
 import torch
 from example_runner import run_example
@@ -158,6 +160,30 @@ def test_a_repeated_sweep_keeps_every_round_and_reports_the_median():
     for r in results:
         assert len(r.rounds) == 3 and r.samples_per_s == sorted(r.rounds)[1]
     assert loading.sweep(ds, [0], batch_size=4, progress=False)[0].rounds == ()
+
+
+def test_a_repeated_sweep_starts_each_worker_count_once_and_reports_the_fresh_start(monkeypatch):
+    pids: list[int] = []
+    ds = loading.WhoAmIDataset(n=24)
+    firsts = []
+    measure = loading._measure
+
+    def first_round_kept(loader, batches, step):
+        result = measure(loader, batches, step)
+        firsts.append((loader.num_workers, result.startup))
+        return result
+
+    monkeypatch.setattr(loading, "_measure", first_round_kept)
+    results = loading.sweep(
+        ds, [0, 2], batch_size=4, progress=False, rounds=3, step=lambda b: pids.extend(b["pid"].tolist())
+    )
+    workers = {pid for pid in pids if pid != os.getpid()}
+    assert len(workers) == 2  # three rounds, one pair of workers
+    startups = [s for n, s in firsts if n == 2]
+    assert results[1].startup == startups[0] and len(startups) == 3
+    assert [c for c in psutil.Process().children() if c.pid in workers] == []  # gone with the sweep
+    one = loading.sweep(ds, [1], batch_size=4, progress=False)  # one round: an ordinary, non-persistent loader
+    assert one[0].rounds == ()
 
 
 def test_epoch_start_costs_show_new_and_persistent_workers():
