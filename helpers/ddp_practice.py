@@ -701,8 +701,8 @@ def desync(rank: int, world_size: int, steps: int = 4, every: int = 2, timeout: 
     """A training loop with a rank-dependent bug, on a group of its own with a `timeout`-second limit.
     Every step all-reduces 8 gradients; every `every` steps rank 0 broadcasts a stop flag of 2 numbers.
     Rank 1 counts its steps from 1, so it broadcasts one step early: from then on the two ranks call
-    different collectives. When the mismatched call times out, each rank dumps its Flight Recorder
-    (turned on by `TORCH_FR_BUFFER_SIZE`, read when the group is made) and returns its records."""
+    different collectives. When the mismatched call times out, each rank dumps its Flight Recorder (on by
+    default; `TORCH_FR_BUFFER_SIZE` sets its size) without stack traces, which take seconds to symbolise."""
     import pickle
 
     import torch.distributed as dist
@@ -718,7 +718,7 @@ def desync(rank: int, world_size: int, steps: int = 4, every: int = 2, timeout: 
                 dist.broadcast(flag, src=0, group=group)
     except Exception as exc:  # noqa: BLE001 - the timeout is the result
         out.update(error=short_error(exc), step=step)
-    dump = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+    dump = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(includeStackTraces=False))
     name = dist.distributed_c10d._get_process_group_name(group)
     out["records"] = [{k: e[k] for k in FR_FIELDS} for e in dump["entries"] if e["process_group"][0] == name]
     out["dump"] = {**dump, "entries": [e for e in dump["entries"] if e["process_group"][0] == name]}
@@ -727,8 +727,9 @@ def desync(rank: int, world_size: int, steps: int = 4, every: int = 2, timeout: 
 
 
 def flight_records(timeout: float = 2.0, steps: int = 4, every: int = 2) -> dict[int, dict[str, Any]]:
-    """Run `desync` on 2 ranks with the Flight Recorder on (`TORCH_FR_BUFFER_SIZE=100` in the ranks'
-    environment before the group exists) and return each rank's result, records included."""
+    """Run `desync` on 2 ranks with a Flight Recorder of 100 entries (`TORCH_FR_BUFFER_SIZE=100` in the
+    ranks' environment; without it, 2,000: it is on by default) and return each rank's result, records
+    included."""
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     options = {
