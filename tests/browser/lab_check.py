@@ -583,16 +583,23 @@ SHOWS_RESULT_JS = (
 
 
 def _press_and_wait(page, name: str, widget, button, before: str) -> tuple[bool, float]:
-    """Press an interact_manual run button; wait for a result that differs from `before` and an idle kernel.
-    Returns whether that happened, and the seconds it took."""
+    """Press an interact_manual run button; wait for a result that differs from `before`, with an idle kernel
+    and an output that stayed the same for a second. Returns whether that happened, and the seconds it took.
+
+    Idle alone is not enough: a progress bar is a result too (text in the output), and the kernel's status
+    in the page can still read idle just after the click (seen: "done" after 0.5 s, then the sweep went on
+    changing the output)."""
     started = time.monotonic()
     button.click()
     deadline = started + INTERACT_TIMEOUT
-    changed = False
+    changed, last, stable_since = False, before, time.monotonic()
     while time.monotonic() < deadline:
         page.wait_for_timeout(250)
-        changed = _output_signature(widget) != before and widget.evaluate(SHOWS_RESULT_JS)
-        if changed and page.evaluate(KERNEL_IDLE_JS, name):
+        signature = _output_signature(widget)
+        if signature != last:
+            last, stable_since = signature, time.monotonic()
+        changed = signature != before and widget.evaluate(SHOWS_RESULT_JS)
+        if changed and page.evaluate(KERNEL_IDLE_JS, name) and time.monotonic() - stable_since >= 1.0:
             break
     return changed, time.monotonic() - started
 
