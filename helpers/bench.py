@@ -139,10 +139,15 @@ def _light_step(model: Any, optimizer: Any) -> Callable[[Any], None]:
     return step
 
 
-def dataloader_cpu(work: int = 20_000, batch_size: int = 8, batches: int = 40, rounds: int = 3) -> Figure:
+def dataloader_cpu(work: int = 40_000, batch_size: int = 8, batches: int = 40, rounds: int = 3) -> Figure:
     """Pure-Python per-sample work plus a light training step, main at 1 torch thread: samples/s of the
     best of 1..usable-cores workers / num_workers=0, medians of `rounds` interleaved rounds. Torch-op
-    augmentation reported beside it."""
+    augmentation reported beside it.
+
+    `work` is the loop steps per sample. The main loop's share per batch (collating, the step) competes
+    with the workers for the same cores; at 20,000 steps it was large enough that the figure sat on its
+    floor on an idle 2-core machine (1.44 to 1.55 in nine runs, half of them below 1.5), a reading of the
+    workload's proportions rather than of the workers. At 40,000 it read 1.66 to 1.70 (three runs)."""
     import torch
 
     from helpers import loading
