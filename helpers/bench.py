@@ -147,7 +147,10 @@ def dataloader_cpu(work: int = 40_000, batch_size: int = 8, batches: int = 40, r
     `work` is the loop steps per sample. The main loop's share per batch (collating, the step) competes
     with the workers for the same cores; at 20,000 steps it was large enough that the figure sat on its
     floor on an idle 2-core machine (1.44 to 1.55 in nine runs, half of them below 1.5), a reading of the
-    workload's proportions rather than of the workers. At 40,000 it read 1.66 to 1.70 (three runs)."""
+    workload's proportions rather than of the workers. At 40,000 it read 1.66 to 1.70 run alone (three
+    runs), but 1.42 to 1.62 inside three whole `--check` runs: the rounds with workers vary most (417 to
+    532 samples/s within one run, the baseline's 313 to 320), so it can still miss its floor; more rounds
+    or a floor read from the spread are the next things to try."""
     import torch
 
     from helpers import loading
