@@ -139,7 +139,7 @@ def _light_step(model: Any, optimizer: Any) -> Callable[[Any], None]:
     return step
 
 
-def dataloader_cpu(work: int = 40_000, batch_size: int = 8, batches: int = 40, rounds: int = 3) -> Figure:
+def dataloader_cpu(work: int = 40_000, batch_size: int = 8, batches: int = 40, rounds: int = 5) -> Figure:
     """Pure-Python per-sample work plus a light training step, main at 1 torch thread: samples/s of the
     best of 1..usable-cores workers / num_workers=0, medians of `rounds` interleaved rounds. Torch-op
     augmentation reported beside it.
@@ -149,8 +149,8 @@ def dataloader_cpu(work: int = 40_000, batch_size: int = 8, batches: int = 40, r
     floor on an idle 2-core machine (1.44 to 1.55 in nine runs, half of them below 1.5), a reading of the
     workload's proportions rather than of the workers. At 40,000 it read 1.66 to 1.70 run alone (three
     runs), but 1.42 to 1.62 inside three whole `--check` runs: the rounds with workers vary most (417 to
-    532 samples/s within one run, the baseline's 313 to 320), so it can still miss its floor; more rounds
-    or a floor read from the spread are the next things to try."""
+    532 samples/s within one run, the baseline's 313 to 320), so the median of three rounds could still
+    miss the floor: the median of five is taken instead."""
     import torch
 
     from helpers import loading
