@@ -771,3 +771,76 @@ def test_the_flight_recorder_verdict_says_why_there_are_no_records(tmp_path: Pat
     ]
     (tmp_path / "fr-102-rank1.pkl").write_bytes(b"not a pickle")
     assert verdict(tmp_path)[0].startswith("flight recorder: records from rank 0 only")
+
+
+_SPAWN_CHILD_TB = """Traceback (most recent call last):
+  File "<string>", line 1, in <module>
+  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 122, in spawn_main
+    exitcode = _main(fd, parent_sentinel)
+               ^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 131, in _main
+    prepare(preparation_data)
+  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 246, in prepare
+    _fixup_main_from_path(data['init_main_from_path'])
+  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 297, in _fixup_main_from_path
+    main_content = runpy.run_path(main_path,
+                   ^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "<frozen runpy>", line 291, in run_path
+  File "<frozen runpy>", line 98, in _run_module_code
+  File "<frozen runpy>", line 88, in _run_code
+  File "/tmp/train.py", line 3, in <module>
+    mp.set_start_method("spawn")
+  File "/usr/lib/python3.11/multiprocessing/context.py", line 247, in set_start_method
+    raise RuntimeError('context has already been set')
+RuntimeError: context has already been set
+"""
+
+
+def test_two_spawn_childrens_tracebacks_interleaved_line_by_line_are_still_the_childrens() -> None:
+    """Two children failing at once share one stderr pipe; the second may start at any line of the first."""
+    from helpers.diagnose import failures
+
+    lines = _SPAWN_CHILD_TB.splitlines(keepends=True)
+    misread = []
+    for ahead in range(len(lines) - 2):  # the second header lands after `ahead` lines of the first
+        rest = lines[ahead:]
+        pairs = "".join(a + b for a, b in zip(rest, lines, strict=False))
+        mixed = "".join(lines[:ahead]) + pairs + "".join(lines[len(rest) :])
+        found = [(f.who, f.entry.id if f.entry else None) for f in failures.find(mixed)]
+        if ("a spawn child, at start-up", "context-already-set") not in found or any(
+            who == "the main process" for who, _ in found
+        ):
+            misread.append((ahead, found))
+    assert not misread
+
+
+def test_diagnosed_processes_write_an_uncaught_traceback_in_one_write() -> None:
+    """The cause of interleaving removed where it starts: one os.write per traceback, the same text as Python's."""
+    site = ROOT / "helpers" / "diagnose_site" / "sitecustomize.py"
+    body = """
+import atexit, os
+writes = []
+real = os.write
+def counting(fd, data):
+    if fd == 2:
+        writes.append(len(data))
+    return real(fd, data)
+os.write = counting
+atexit.register(lambda: real(1, str(len(writes)).encode()))
+def fail():
+    raise ValueError("two\\nlines, one non-ASCII: \\u00e9")
+fail()
+"""
+    arm = (
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('diagnose_site', {str(site)!r})\n"
+        "site = importlib.util.module_from_spec(spec); spec.loader.exec_module(site)\n"
+        "site._whole_tracebacks()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HELPERS_DIAGNOSE_DIR"}
+    plain = subprocess.run([sys.executable, "-c", body], capture_output=True, env=env, timeout=60, check=False)
+    armed = subprocess.run([sys.executable, "-c", arm + body], capture_output=True, env=env, timeout=60, check=False)
+    assert armed.stdout == b"1" and plain.stdout != b"1"
+    strip = re.compile(rb'  File "<string>", line \d+')  # the armed script is longer: its line numbers differ
+    assert strip.sub(b"", armed.stderr) == strip.sub(b"", plain.stderr)
+    assert b"ValueError: two\nlines" in armed.stderr

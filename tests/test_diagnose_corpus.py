@@ -25,15 +25,7 @@ CASES = corpus.cases()
 @functools.lru_cache(maxsize=1)
 def outcomes() -> dict[str, corpus.Outcome]:
     runnable = [case for case in CASES if not corpus.can_run(case)]
-    results = {outcome.case.name: outcome for outcome in corpus.run_all(runnable, jobs=2)}
-    # A case whose verdict missed runs once more, alone, and counts by its second run; the test still fails
-    # when both miss. Seen once in four clean runs (not yet explained): child_context_set_exit0's verdict
-    # without the children's traceback ("context has already been set") that its other runs named.
-    missed = [outcome.case for outcome in results.values() if corpus.problems(outcome)]
-    if missed:
-        print(f"diagnose corpus: second run for {[case.name for case in missed]}", flush=True)
-        results.update({outcome.case.name: outcome for outcome in corpus.run_all(missed, jobs=1)})
-    return results
+    return {outcome.case.name: outcome for outcome in corpus.run_all(runnable, jobs=2)}
 
 
 def test_the_corpus_has_twenty_real_cases_with_full_headers() -> None:

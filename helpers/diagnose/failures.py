@@ -40,8 +40,13 @@ _REMOTE = re.compile(
 _PROCESS = re.compile(r"^Process ([\w:-]+):\n(?=Traceback)", re.MULTILINE)
 _NATIVE = re.compile(r"terminate called after throwing an instance of '([^']+)'\n\s*what\(\):\s*(.*)")
 _USAGE = re.compile(r"^usage: .*\n(?:[ \t].*\n)*\S+: error: .*$", re.MULTILINE)
-# a child of spawn/forkserver that failed before its target ran (importing the script again, unpickling)
-_SPAWN_START = re.compile(r'File "<string>", line 1, in <module>\n.*\n?.*(?:spawn_main|forkserver)')
+# a child of spawn/forkserver that failed before its target ran (importing the script again, unpickling): its
+# traceback starts in `python -c` and runs through spawn_main or the forkserver's main. Searched in the whole
+# traceback, not only the next lines: two children failing at once can interleave their tracebacks line by line.
+_STRING_MAIN = 'File "<string>", line 1, in <module>'
+_SPAWN_FRAME = re.compile(
+    r'multiprocessing[/\\](?:spawn\.py", line \d+, in spawn_main|forkserver\.py", line \d+, in main)'
+)
 _ROOT = re.compile(
     r"Root Cause \(first observed failure\):\n\[\d+\]:\n(?:.*\n)*?\s*rank\s*:\s*(\d+) \(local_rank: (\d+)\)\n"
     r"\s*exitcode\s*:\s*(-?\d+) \(pid: (\d+)\)(?:.*\n)(?:\s*error_file: (.*)\n)?(?:\s*traceback\s*:\s*(.*))?"
@@ -189,11 +194,17 @@ def find(stderr: str) -> list[Failure]:
         if any(a <= m.start() < b for a, b in claimed) or _line_prefixed(stderr, m.start()):
             continue
         tb, message = traceback_message(stderr[m.start() :])
-        who = "a spawn child, at start-up" if _SPAWN_START.search(tb) else "the main process"
+        who = "a spawn child, at start-up" if _spawn_start(tb, message) else "the main process"
         first_line = message.strip().splitlines()[0] if message.strip() else ""
         if message and not any(f.first_line() == first_line and f.who != "the main process" for f in found):
             found.append(_match(Failure(who, message, tb, user_frame(tb), m.start())))
     return sorted(found, key=lambda f: f.at)
+
+
+def _spawn_start(tb: str, message: str) -> bool:
+    """A traceback that starts in `python -c` and runs through spawn's or the forkserver's main. Interleaved
+    with another child's, its frames can land after the other's exception line, in what reads as the message."""
+    return _STRING_MAIN in tb and bool(_SPAWN_FRAME.search(tb + "\n" + message))
 
 
 def _line_prefixed(text: str, at: int) -> bool:

@@ -19,7 +19,9 @@ way out. The thread then writes the rank's records (torch's `_dump_fr_trace`, wi
 `fr-<pid>-rank<r>.pkl`; the rank writes the same file when it exits through Python, then wakes the others
 (torch's spawn ends them as soon as one rank fails; diagnose would be a poll later). A rank blocked in a
 collective runs no Python signal handler, hence a thread and not a signal.
-It prints nothing, then runs the sitecustomize it hides (the next one on sys.path), if any.
+An uncaught exception's traceback is written in one piece, so that two children failing at once do not
+interleave their lines on the stderr they share.
+It prints nothing else, then runs the sitecustomize it hides (the next one on sys.path), if any.
 """
 
 from __future__ import annotations
@@ -91,6 +93,38 @@ def _record_exits() -> None:
 
     waitpid.__doc__ = real.__doc__
     os.waitpid = waitpid
+
+
+def _whole_tracebacks() -> None:
+    """Write an uncaught exception's traceback to stderr in one `os.write`, not line by line: two children
+    that fail at once (spawn children re-importing a script) share one stderr pipe, and their lines
+    interleaved so that diagnose could not tell whose traceback was whose. A pipe keeps a write of up to
+    PIPE_BUF (4 KiB on Linux) whole. The text is exactly what Python's own hook prints."""
+    real = sys.excepthook
+    if real is not sys.__excepthook__:
+        return  # someone else's hook: theirs prints
+
+    def excepthook(kind, value, tb) -> None:
+        try:
+            import traceback
+
+            stream = sys.stderr
+            text = "".join(traceback.format_exception(kind, value, tb))
+            data = text.encode(stream.encoding or "utf-8", stream.errors or "backslashreplace")
+            stream.flush()
+            fd = stream.fileno()
+        except Exception:  # noqa: BLE001 - no usable stderr: Python's hook does what it can
+            real(kind, value, tb)
+            return
+        while data:
+            try:
+                data = data[os.write(fd, data) :]
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+
+    sys.excepthook = excepthook
 
 
 def _allow_tracer() -> None:
@@ -277,6 +311,7 @@ def _start() -> None:
 if _DIR and os.path.isdir(_DIR):
     _start()
     _record_exits()
+    _whole_tracebacks()
     if os.path.exists(os.path.join(_DIR, "fr-trigger")):
         sys.meta_path.insert(0, _C10dFinder())
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_start)
