@@ -77,6 +77,8 @@ __all__ = [
     "timed_training",
     "timed_shapes",
     "ddp_throughput",
+    "timed_side_by_side",
+    "weak_scaling",
     "ddp_throughputs",
     "which_wins",
     "ring_timing",
@@ -594,6 +596,80 @@ def which_wins(a: str, run_a: TrainRun, b: str, run_b: TrainRun) -> str:
     if run_b.spread.low > run_a.spread.high:
         return f"{b} was faster in every round: {run_b.samples_per_s / run_a.samples_per_s:.2f}x the median of {a}"
     return f"{a} and {b}: within noise of each other (their rounds overlap)"
+
+
+def timed_side_by_side(
+    rank: int, world_size: int, batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 5, rounds: int = 5
+) -> dict[str, Any]:
+    """Each round, rank 0 first trains a plain copy of the model alone (the others wait in a barrier,
+    asleep), then every rank trains the DDP model: the one-process baseline and DDP take turns in the same
+    processes, so that a slow spell of the machine hits both sides instead of one launch."""
+    model = make_model(width=width, depth=depth, inputs=width, outputs=10)
+    alone = make_model(width=width, depth=depth, inputs=width, outputs=10) if rank == 0 else None
+    ddp = DDP(model)
+    x = torch.randn(batch, width)
+    y = torch.randint(0, 10, (batch,))
+
+    def stepper(net: nn.Module) -> Callable[[], None]:
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+
+        def step() -> None:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(net(x), y).backward()
+            optimizer.step()
+
+        return step
+
+    step_ddp = stepper(ddp)
+    step_alone = stepper(alone) if alone is not None else None
+    for _ in range(2):  # warm-up
+        step_ddp()
+        if step_alone is not None:
+            step_alone()
+    single, together = [], []
+    first = 0.0
+    for r in range(rounds):
+        dist.barrier()
+        if r == 0:
+            first = time.time()
+        if step_alone is not None:
+            started = time.perf_counter()
+            for _ in range(steps):
+                step_alone()
+            single.append(time.perf_counter() - started)
+        dist.barrier()
+        started = time.perf_counter()
+        for _ in range(steps):
+            step_ddp()
+        dist.barrier()
+        together.append(time.perf_counter() - started)
+    return {"single": single, "ddp": together, "first_step": first}
+
+
+def weak_scaling(
+    world_size: int, batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 5, rounds: int = 5
+) -> tuple[TrainRun, TrainRun]:
+    """(one process at 1 thread, DDP on `world_size` ranks at 1 thread each), measured in turns within one
+    launch (`timed_side_by_side`); samples/s of each round, the DDP round timed as its slowest rank's."""
+    world_size = positive_int("world_size", world_size)
+    if world_size < 2:
+        raise ValueError(f"world_size must be at least 2 (DDP beside one process), got {world_size}")
+    kw = {
+        "batch": positive_int("batch", batch),
+        "width": positive_int("width", width),
+        "depth": positive_int("depth", depth),
+        "steps": positive_int("steps", steps),
+        "rounds": positive_int("rounds", rounds),
+    }
+    started = time.time()
+    with measure_load() as load:
+        results = launch([timed_side_by_side], world_size, kwargs={"timed_side_by_side": kw}, timeout=300)
+    assert load.result is not None
+    rows = [results[r]["timed_side_by_side"] for r in sorted(results)]
+    startup = min(row["first_step"] for row in rows) - started
+    single = [batch * steps / s for s in rows[0]["single"]]
+    together = [world_size * batch * steps / max(row["ddp"][i] for row in rows) for i in range(rounds)]
+    return TrainRun(1, 1, single, startup, load.result), TrainRun(world_size, 1, together, startup, load.result)
 
 
 def ddp_throughput(

@@ -300,3 +300,13 @@ def test_a_rank_gloo_aborted_still_reports_where_it_waited(tmp_path):
     dd._after_first_wait(rows)
     assert dd.first_error_after(rows) == pytest.approx(3.0)
     assert dd.first_error_after({0: {"outcome": "killed by SIGABRT"}}) is None
+
+
+def test_weak_scaling_measures_one_process_and_ddp_in_turns():
+    single, many = dd.weak_scaling(2, batch=8, width=8, depth=1, steps=2, rounds=3)
+    assert (single.world_size, many.world_size) == (1, 2) and len(single.rounds) == len(many.rounds) == 3
+    assert single.samples_per_s > 0 and many.samples_per_s > 0 and many.startup >= 0
+    with pytest.raises(ValueError, match="world_size must be at least 2"):
+        dd.weak_scaling(1)
+    with pytest.raises(ValueError, match="rounds"):
+        dd.weak_scaling(2, rounds=0)
