@@ -9,7 +9,8 @@ Every figure is measured together with the machine's load (`helpers.timing`): ot
 before and during it, and whether that disturbed it. A figure that cannot be measured (a worker that
 misses its time budget on a very busy machine, a start method the platform lacks) is reported as not
 measured, with the reason; the bench itself never fails on a busy machine, and exits non-zero only with
-`--check`.
+`--check`. A timed figure under its floor is measured twice more and the median of the three counts
+(`measure_until_sure`): on a virtual machine the host can slow our cores with no load visible inside.
 
 Add a figure by writing a function that returns a `Figure` and registering it in `FIGURES`. `Figure` lives
 in `helpers.timing` (re-exported here), so that chapter modules whose figures the bench imports can build
@@ -33,7 +34,7 @@ from tqdm import tqdm
 from helpers import capstone, ddp_practice, model_parallel, orientation, scale
 from helpers.environment import default_start_method, usable_cores
 from helpers.errors import short_error
-from helpers.timing import Figure, measure_load
+from helpers.timing import Figure, cores_given, measure_load
 
 __all__ = [
     "Figure",
@@ -439,6 +440,41 @@ def measure(name: str) -> Figure:
     return fig
 
 
+ATTEMPTS = 3  # a timed figure below its floor is measured this many times in all; the median attempt counts
+
+
+def measure_until_sure(name: str, note: Callable[[str], None] = print) -> Figure:
+    """`measure`, and when a timed figure misses its floor, measure it again (up to ATTEMPTS in all) and keep
+    the median of them: a figure that really misses must miss in most attempts. The cores the machine gave
+    just before each attempt (`timing.cores_given`) are kept beside it: on a virtual machine whose host
+    shares its cores, one core alone and two together ran 35 or 50 ms for the same loop from one tenth of
+    a second to the next, and a whole --check run on an idle machine once read two figures under their
+    floors (every timing 20-40 % slower than usual) with no load visible inside the machine."""
+
+    def attempt() -> tuple[Figure, float]:
+        given = cores_given()
+        return measure(name), given
+
+    attempts = [attempt()]
+    first, given = attempts[0]
+    if first.timed and first.meets_floor is False:
+        missed = f"under its floor of {first.floor:g}" if first.floor is not None else "missing a condition"
+        note(
+            f"helpers.bench: {name} read {first.ratio:.2f}, {missed}, with {given:.2f} of {usable_cores()} cores "
+            f"given just before; measuring it {ATTEMPTS - 1} more times (the median counts)"
+        )
+        attempts += [attempt() for _ in range(ATTEMPTS - 1)]
+    ranked = sorted(attempts, key=lambda a: a[0].ratio if a[0].ratio is not None else -1.0)
+    fig, given = ranked[len(ranked) // 2]
+    fig.load["cores_given_before"] = round(given, 2)
+    if len(attempts) > 1:
+        fig.details["attempts"] = [
+            {"ratio": None if f.ratio is None else round(f.ratio, 3), "cores_given_before": round(g, 2)}
+            for f, g in attempts
+        ]
+    return fig
+
+
 def _table(results: dict[str, Figure]) -> str:
     rows = [("figure", "ratio", "limit", "floor", "ok", "load", "what")]
     for name, fig in results.items():
@@ -491,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"helpers.bench: {context}", file=sys.stderr)
     results = {}
     for name in tqdm(names, desc="figures", unit="figure", file=sys.stderr, disable=len(names) < 2):
-        results[name] = measure(name)
+        results[name] = measure_until_sure(name, note=lambda text: tqdm.write(text, file=sys.stderr))
     if args.json:
         payload = {
             name: {**asdict(fig), "measured": fig.measured, "meets_floor": fig.meets_floor, "reading": fig.reading()}

@@ -24,7 +24,17 @@ import psutil
 
 from helpers.environment import usable_cores
 
-__all__ = ["Figure", "Load", "measure_load", "other_cpu", "read_ratio", "Spread", "spread", "DISTURBED_CORES"]
+__all__ = [
+    "Figure",
+    "Load",
+    "measure_load",
+    "other_cpu",
+    "cores_given",
+    "read_ratio",
+    "Spread",
+    "spread",
+    "DISTURBED_CORES",
+]
 
 # Other processes using this many cores' worth of CPU (or more) during a run make it "disturbed": on a
 # 2-core machine that is a sixth of the machine, enough to move a speed-up by tenths.
@@ -72,6 +82,37 @@ def other_cpu(seconds: float = 0.25) -> float:
     a = _snapshot()
     time.sleep(seconds)
     return _others_between(a, _snapshot())
+
+
+def _spin(count: int) -> float:
+    """Seconds a pure-Python loop of `count` additions took (the probe of `cores_given`)."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(count):
+        total += i
+    return time.perf_counter() - started
+
+
+def cores_given(count: int = 1_000_000, trials: int = 9) -> float:
+    """Cores' worth of work the machine gives us right now: one pure-Python loop alone, then one on every
+    usable core at once, taking turns `trials` times: cores x the median time alone / the median of the
+    slowest at once. `other_cpu` sees the
+    programs of this machine; this sees also what it cannot: a virtual machine whose cores the host shares
+    with other machines shows no load inside, yet its cores run slower together than one alone."""
+    import multiprocessing as mp
+
+    count = int(count)
+    cores = usable_cores()
+    if cores < 2:
+        return float(cores)
+    method = "fork" if "fork" in mp.get_all_start_methods() else None
+    with mp.get_context(method).Pool(cores) as pool:
+        pool.map(_spin, [1000] * cores)  # every worker started before the clock
+        alone, together = [], []
+        for _ in range(trials):
+            alone.append(pool.apply(_spin, (count,)))
+            together.append(max(pool.map(_spin, [count] * cores, chunksize=1)))
+    return cores * statistics.median(alone) / statistics.median(together)
 
 
 @dataclass(frozen=True)

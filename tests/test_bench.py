@@ -192,3 +192,38 @@ def test_a_counted_figure_is_never_called_disturbed():
 
 def test_the_chapter_10_figures_are_registered():
     assert {"sim_over_real_bytes", "allreduce_model"} <= set(bench.FIGURES)
+
+
+def test_a_figure_under_its_floor_is_measured_three_times_and_the_median_counts(monkeypatch, capsys):
+    readings = iter([1.2, 1.9, 1.1, 1.0, 1.95, 1.96])
+    monkeypatch.setattr(
+        bench, "FIGURES", {"fake": lambda: bench.Figure(ratio=next(readings), limit=2.0, what="fake", floor=1.5)}
+    )
+    monkeypatch.setattr(bench, "cores_given", lambda: 1.5)
+    notes: list[str] = []
+    fig = bench.measure_until_sure("fake", note=notes.append)  # 1.2, 1.9, 1.1: the median misses
+    assert fig.ratio == 1.2 and fig.meets_floor is False and len(fig.details["attempts"]) == 3
+    assert notes and "read 1.20, under its floor of 1.5, with 1.50 of" in notes[0]
+    fig = bench.measure_until_sure("fake", note=notes.append)  # 1.0, 1.95, 1.96: the median holds
+    assert fig.ratio == 1.95 and fig.meets_floor is True and fig.load["cores_given_before"] == 1.5
+    assert [a["ratio"] for a in fig.details["attempts"]] == [1.0, 1.95, 1.96]
+
+
+def test_a_figure_at_its_floor_or_counted_is_measured_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "cores_given", lambda: 2.0)
+    monkeypatch.setattr(
+        bench,
+        "FIGURES",
+        {
+            "fine": lambda: calls.append(1) or bench.Figure(ratio=1.9, limit=2.0, what="fine", floor=1.5),
+            "counted": lambda: calls.append(1) or bench.Figure(ratio=0.5, limit=1, what="c", floor=0.9, timed=False),
+        },
+    )
+    assert "attempts" not in bench.measure_until_sure("fine").details
+    assert bench.measure_until_sure("counted").meets_floor is False and len(calls) == 2
+
+
+def test_cores_given_is_at_most_about_the_usable_cores():
+    given = timing.cores_given(count=200_000, trials=3)
+    assert 0 < given <= timing.usable_cores() * 1.5
