@@ -444,34 +444,30 @@ ATTEMPTS = 3  # a timed figure below its floor is measured this many times in al
 
 
 def measure_until_sure(name: str, note: Callable[[str], None] = print) -> Figure:
-    """`measure`, and when a timed figure misses its floor, measure it again (up to ATTEMPTS in all) and keep
-    the median of them: a figure that really misses must miss in most attempts. The cores the machine gave
-    just before each attempt (`timing.cores_given`) are kept beside it: on a virtual machine whose host
+    """`measure`, and when a timed figure misses its floor, measure it twice more and keep the median of the
+    three: a figure that really misses must miss in most attempts. Before each new attempt the cores the
+    machine gives are probed (`timing.cores_given`) and kept beside it: on a virtual machine whose host
     shares its cores, one core alone and two together ran 35 or 50 ms for the same loop from one tenth of
     a second to the next, and a whole --check run on an idle machine once read two figures under their
     floors (every timing 20-40 % slower than usual) with no load visible inside the machine."""
-
-    def attempt() -> tuple[Figure, float]:
+    first = measure(name)
+    if not first.timed or first.meets_floor is not False:
+        return first
+    given = cores_given()
+    missed = f"under its floor of {first.floor:g}" if first.floor is not None else "missing a condition"
+    note(
+        f"helpers.bench: {name} read {first.ratio:.2f}, {missed}; the machine gives {given:.2f} of "
+        f"{usable_cores()} cores now; measuring it {ATTEMPTS - 1} more times (the median of the three counts)"
+    )
+    attempts = [(first, given)]
+    for _ in range(ATTEMPTS - 1):
         given = cores_given()
-        return measure(name), given
-
-    attempts = [attempt()]
-    first, given = attempts[0]
-    if first.timed and first.meets_floor is False:
-        missed = f"under its floor of {first.floor:g}" if first.floor is not None else "missing a condition"
-        note(
-            f"helpers.bench: {name} read {first.ratio:.2f}, {missed}, with {given:.2f} of {usable_cores()} cores "
-            f"given just before; measuring it {ATTEMPTS - 1} more times (the median counts)"
-        )
-        attempts += [attempt() for _ in range(ATTEMPTS - 1)]
+        attempts.append((measure(name), given))
     ranked = sorted(attempts, key=lambda a: a[0].ratio if a[0].ratio is not None else -1.0)
-    fig, given = ranked[len(ranked) // 2]
-    fig.load["cores_given_before"] = round(given, 2)
-    if len(attempts) > 1:
-        fig.details["attempts"] = [
-            {"ratio": None if f.ratio is None else round(f.ratio, 3), "cores_given_before": round(g, 2)}
-            for f, g in attempts
-        ]
+    fig = ranked[len(ranked) // 2][0]
+    fig.details["attempts"] = [
+        {"ratio": None if f.ratio is None else round(f.ratio, 3), "cores_given": round(g, 2)} for f, g in attempts
+    ]
     return fig
 
 
