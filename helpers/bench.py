@@ -350,24 +350,25 @@ def ddp_speedup(batch: int = 1024, width: int = 512, depth: int = 3, steps: int 
     from helpers import distributed
 
     cores = usable_cores()
+    world = max(2, cores)  # DDP needs two ranks; on one core the limit stays 1
     shape = {"batch": batch, "width": width, "depth": depth, "steps": steps, "rounds": rounds}
-    single, many = distributed.weak_scaling(max(2, cores), **shape)
+    single, many = distributed.weak_scaling(world, **shape)
     threaded = distributed.ddp_throughput(1, threads=cores, **shape)
     return Figure(
         ratio=many.samples_per_s / single.samples_per_s,
         limit=float(cores),
         floor=0.7 * cores,
-        what=f"DDP weak scaling, {cores} ranks x 1 thread / 1 process x 1 thread: samples/s, {batch} samples per rank",
+        what=f"DDP weak scaling, {world} ranks x 1 thread / 1 process x 1 thread: samples/s, {batch} samples per rank",
         details={
             "samples_per_s_single": single.samples_per_s,
             "samples_per_s_single_range": [single.spread.low, single.spread.high],
-            f"samples_per_s_ddp_{cores}": many.samples_per_s,
-            f"samples_per_s_ddp_{cores}_range": [many.spread.low, many.spread.high],
+            f"samples_per_s_ddp_{world}": many.samples_per_s,
+            f"samples_per_s_ddp_{world}_range": [many.spread.low, many.spread.high],
             "ratio_per_round": [round(m / s, 3) for m, s in zip(many.rounds, single.rounds, strict=True)],
             f"samples_per_s_single_{cores}_threads": threaded.samples_per_s,
             f"samples_per_s_single_{cores}_threads_range": [threaded.spread.low, threaded.spread.high],
             f"ratio_vs_single_{cores}_threads": many.samples_per_s / threaded.samples_per_s,
-            f"startup_s_ddp_{cores}": many.startup,
+            f"startup_s_ddp_{world}": many.startup,
             "rounds": rounds,
             "load_ddp": many.load.as_dict(),
             "load_threads": threaded.load.as_dict(),

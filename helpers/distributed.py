@@ -510,6 +510,18 @@ class TrainRun:
         return spread(self.rounds)
 
 
+def _sgd_step(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    """One SGD step of `net` on the batch (x, y), as a function to call in a timed loop."""
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        optimizer.step()
+
+    return step
+
+
 def timed_training(
     rank: int,
     world_size: int,
@@ -525,16 +537,7 @@ def timed_training(
     together). Returns the seconds of each round and the wall-clock time of the first timed step."""
 
     model = make_model(width=width, depth=depth, inputs=width, outputs=10)
-    ddp = DDP(model) if world_size > 1 else model
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    x = torch.randn(batch, width)
-    y = torch.randint(0, 10, (batch,))
-
-    def step() -> None:
-        optimizer.zero_grad()
-        nn.functional.cross_entropy(ddp(x), y).backward()
-        optimizer.step()
-
+    step = _sgd_step(DDP(model) if world_size > 1 else model, torch.randn(batch, width), torch.randint(0, 10, (batch,)))
     for _ in range(warmup):
         step()
     times = []
@@ -604,24 +607,11 @@ def timed_side_by_side(
     """Each round, rank 0 first trains a plain copy of the model alone (the others wait in a barrier,
     asleep), then every rank trains the DDP model: the one-process baseline and DDP take turns in the same
     processes, so that a slow spell of the machine hits both sides instead of one launch."""
-    model = make_model(width=width, depth=depth, inputs=width, outputs=10)
-    alone = make_model(width=width, depth=depth, inputs=width, outputs=10) if rank == 0 else None
-    ddp = DDP(model)
     x = torch.randn(batch, width)
     y = torch.randint(0, 10, (batch,))
-
-    def stepper(net: nn.Module) -> Callable[[], None]:
-        optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
-
-        def step() -> None:
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(net(x), y).backward()
-            optimizer.step()
-
-        return step
-
-    step_ddp = stepper(ddp)
-    step_alone = stepper(alone) if alone is not None else None
+    step_ddp = _sgd_step(DDP(make_model(width=width, depth=depth, inputs=width, outputs=10)), x, y)
+    alone = make_model(width=width, depth=depth, inputs=width, outputs=10) if rank == 0 else None
+    step_alone = _sgd_step(alone, x, y) if alone is not None else None
     for _ in range(2):  # warm-up
         step_ddp()
         if step_alone is not None:

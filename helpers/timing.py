@@ -96,9 +96,9 @@ def _spin(count: int) -> float:
 def cores_given(count: int = 1_000_000, trials: int = 9) -> float:
     """Cores' worth of work the machine gives us right now: one pure-Python loop alone, then one on every
     usable core at once, taking turns `trials` times: cores x the median time alone / the median of the
-    slowest at once. `other_cpu` sees the
-    programs of this machine; this sees also what it cannot: a virtual machine whose cores the host shares
-    with other machines shows no load inside, yet its cores run slower together than one alone."""
+    slowest at once. `other_cpu` sees the programs of this machine; this sees also what it cannot: a
+    virtual machine whose cores the host shares with other machines shows no load inside, yet its cores
+    run slower together than one alone."""
     import multiprocessing as mp
 
     count = int(count)
