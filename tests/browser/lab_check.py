@@ -575,10 +575,16 @@ KERNEL_IDLE_JS = r"""
 """
 
 
-# An interact widget's output shows a result: a plot (01's sweeps) or text (10's calculator table).
+# An interact widget's output shows a result: a plot (01's sweeps) or text (10's calculator table), and no
+# progress bar ("40% 2/5 [...]", as tqdm's widget reads): a bar means the experiment is still running. The
+# kernel's idle status cannot say so alone: a probe of clean run g's failure logged 01's kernel as idle at
+# every poll of a whole first press (in the page, and in the server's /api/kernels too) while the bar went
+# from 0/5 to 4/5, and busy through the second press; so a pause of 1 s between two bar updates ended the
+# wait early, and the check that follows then saw the sweep's plot arrive.
 SHOWS_RESULT_JS = (
-    "el => { const out = el.querySelector('.widget-output');"
-    " return !!out && (out.querySelector('img') !== null || out.textContent.trim().length > 0); }"
+    "el => { const out = el.querySelector('.widget-output'); if (!out) return false;"
+    " const text = out.textContent; if (/\\d+%[\\s\u2007]*\\d+\\/\\d+/.test(text)) return false;"
+    " return out.querySelector('img') !== null || text.trim().length > 0; }"
 )
 
 
@@ -586,9 +592,8 @@ def _press_and_wait(page, name: str, widget, button, before: str) -> tuple[bool,
     """Press an interact_manual run button; wait for a result that differs from `before`, with an idle kernel
     and an output that stayed the same for a second. Returns whether that happened, and the seconds it took.
 
-    Idle alone is not enough: a progress bar is a result too (text in the output), and the kernel's status
-    in the page can still read idle just after the click (seen: "done" after 0.5 s, then the sweep went on
-    changing the output)."""
+    Idle alone is not enough: the kernel's status can read idle while the experiment runs (see
+    `SHOWS_RESULT_JS`), so an output that still shows a progress bar is not a result."""
     started = time.monotonic()
     button.click()
     deadline = started + INTERACT_TIMEOUT
