@@ -1,5 +1,6 @@
 """The checkers of notebook 07 cannot be fooled: the notebook's placeholder and the typical wrong answers
-get "Not yet" every time, the solution "Correct" every time (20 runs each)."""
+get "Not yet" every time (3 runs each: no verdict here rests on timing), the solution "Correct" every time
+(20 runs)."""
 
 import multiprocessing as mp
 
@@ -9,6 +10,7 @@ import torch
 from helpers.checks import ddp_practice as checks
 
 RUNS = 20
+RUNS_DETERMINISTIC = 3  # wrong answers whose verdict no timing, load or chance can change: 3 runs show it is stable
 needs_fork = pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the checker pins fork")
 
 
@@ -88,21 +90,23 @@ WRONG = [
 @needs_fork
 @pytest.mark.parametrize("fn, words", WRONG, ids=[fn.__name__ for fn, _ in WRONG])
 def test_no_sync_plausible_wrong_answers_are_refused_for_the_real_reason(fn, words):
-    for _ in range(3):
+    for _ in range(RUNS_DETERMINISTIC):
         verdict = checks.no_sync_accumulation(fn)
         assert not verdict and repr(verdict).startswith("Not yet") and words in repr(verdict), repr(verdict)
 
 
 @needs_fork
 def test_no_sync_placeholder_is_never_accepted():
-    for _ in range(RUNS):
+    # counted all-reduces and a seeded gradient, nothing timed: the same verdict every run
+    for _ in range(RUNS_DETERMINISTIC):
         verdict = checks.no_sync_accumulation(placeholder_accumulate)
         assert not verdict and "all-reduces per step" in repr(verdict), repr(verdict)
 
 
 @needs_fork
 def test_no_sync_everything_inside_is_never_accepted():
-    for _ in range(RUNS):
+    # counted all-reduces (none), nothing timed: the same verdict every run
+    for _ in range(RUNS_DETERMINISTIC):
         verdict = checks.no_sync_accumulation(all_in_no_sync)
         assert not verdict and "no all-reduce ran" in repr(verdict), repr(verdict)
 
@@ -179,7 +183,8 @@ def solution_resume(path, model, optimizer):
     ],
 )
 def test_resume_wrong_answers_are_never_accepted(fn, words):
-    for _ in range(RUNS):
+    # one seeded run in this process, nothing timed: the same verdict every run
+    for _ in range(RUNS_DETERMINISTIC):
         verdict = checks.resume_from_snapshot(fn)
         assert not verdict and words in repr(verdict), repr(verdict)
 

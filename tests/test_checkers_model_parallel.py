@@ -1,7 +1,8 @@
 """The checkers of notebook 09 cannot be fooled: the notebook's placeholder and the typical wrong answers
-get "Not yet" every time, the solution "Correct" every time (20 runs each). The byte and split checkers
-are arithmetic on counted numbers (one process group measures the bytes once); the tensor-parallel plans
-run 20 times each inside one process group, judged by the checker's own verdict function."""
+get "Not yet" every time (3 runs each: no verdict here rests on timing), the solution "Correct" every time
+(20 runs). The byte and split checkers are arithmetic on counted numbers (one process group measures the
+bytes once); the tensor-parallel plans run inside one process group (the solution 20 times, each wrong
+plan 3), judged by the checker's own verdict function."""
 
 import multiprocessing as mp
 
@@ -13,6 +14,7 @@ from helpers import model_parallel as mpar
 from helpers.checks import model_parallel as checks
 
 RUNS = 20
+RUNS_DETERMINISTIC = 3  # wrong answers whose verdict no timing, load or chance can change: 3 runs show it is stable
 needs_fork = pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the checker pins fork")
 
 
@@ -74,10 +76,11 @@ WRONG = {  # answers a learner would plausibly write, each with the reason its h
 # --------------------------------------------------------------------------------- exercise 3: bytes
 def test_bytes_placeholder_wrong_answers_and_solution(measured):
     assert measured[0]["sharded"]["parameter bytes"] == W
-    for _ in range(RUNS):
+    for _ in range(RUNS_DETERMINISTIC):  # arithmetic on the numbers measured once: the same verdict every run
         for name, (answer, where, hint) in WRONG.items():
             got = repr(checks.bytes_per_rank(answer, measured))
             assert got.startswith("Not yet") and where in got and hint in got, (name, got)
+    for _ in range(RUNS):
         got = repr(checks.bytes_per_rank(SOLUTION, measured))
         assert got.startswith("Correct") and "to the byte" in got, got
     assert "fill in my_bytes" in repr(checks.bytes_per_rank(None, measured))
@@ -102,11 +105,12 @@ def test_pipeline_split_names_its_verdict_a_model():
 
 # --------------------------------------------------------------------------------- exercise 1: split
 def test_split_placeholder_wrong_and_solution():
-    for _ in range(RUNS):
+    for _ in range(RUNS_DETERMINISTIC):  # arithmetic on counted FLOPs: the same verdict every run
         got = checks.pipeline_split(4)  # the placeholder: half of the layers
         assert not got and "more layers" in repr(got), repr(got)
         got = checks.pipeline_split(7)  # one heavy layer per stage
         assert not got and "fewer layers" in repr(got), repr(got)
+    for _ in range(RUNS):
         got = checks.pipeline_split(6)
         assert got and repr(got).startswith("Correct"), repr(got)
     assert not checks.pipeline_split(5)
@@ -139,14 +143,17 @@ PLANS = {  # the placeholder, wrong plans a learner would write (each with the r
 
 
 @needs_fork
-def test_plans_twenty_runs_each_in_one_group():
+def test_plans_run_repeatedly_in_one_group():
+    # A wrong plan's verdict comes from counted collectives, placements, torch's refusal and a comparison of
+    # seeded numbers, never from time: RUNS_DETERMINISTIC runs each; the solution RUNS.
+    runs = {name: RUNS if name == "solution" else RUNS_DETERMINISTIC for name in PLANS}
     demos = {name: mpar.tensor_parallel for name in PLANS}
-    kwargs = {name: {"plan": plan, "runs": RUNS, "module": "Stack"} for name, (plan, _) in PLANS.items()}
+    kwargs = {name: {"plan": plan, "runs": runs[name], "module": "Stack"} for name, (plan, _) in PLANS.items()}
     results = mpar.launch(demos, 2, start_method="fork", kwargs=kwargs, timeout=180)
     for rank in (0, 1):
         for name, (_, reason) in PLANS.items():
             verdicts = [checks.tp_verdict(row) for row in results[rank][name]["runs"]]
-            assert len(verdicts) == RUNS
+            assert len(verdicts) == runs[name]
             for v in verdicts:
                 text = repr(v)
                 assert bool(v) == (name == "solution") and reason in text, (name, text)

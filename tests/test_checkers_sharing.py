@@ -1,5 +1,6 @@
 """Checkers of notebook 02: the unedited placeholder and the typical wrong answer get "Not yet" every time,
-the solution gets "Correct" every time (20 calls each), so neither luck nor the scheduler decides."""
+the solution gets "Correct" every time (20 calls each for the solutions and for the race the exercise
+shows, 3 for wrong answers whose verdict neither luck nor the scheduler can change), so neither decides."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from helpers import checks, sharing
 
 pytestmark = pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the checkers pin fork")
 TIMES = 20
+TIMES_DETERMINISTIC = 3  # wrong answers whose verdict no timing, load or chance can change: 3 calls show it is stable
 
 
-def _all(fn, answer, start: str, **kwargs) -> None:
-    for i in range(TIMES):
+def _all(fn, answer, start: str, times: int = TIMES, **kwargs) -> None:
+    for i in range(times):
         result = fn(answer, **kwargs)
-        assert repr(result).startswith(start), f"call {i + 1} of {TIMES}: {result!r}"
+        assert repr(result).startswith(start), f"call {i + 1} of {times}: {result!r}"
         assert bool(result) is (start == "Correct")
 
 
@@ -32,7 +34,8 @@ def keep_solution(tensor):
 
 
 def test_keep_received_placeholder_is_not_yet_every_time():
-    _all(checks.keep_received, keep_placeholder, "Not yet")
+    # 200 kept shared tensors need 200 descriptors against 48 spare, whatever the timing
+    _all(checks.keep_received, keep_placeholder, "Not yet", times=TIMES_DETERMINISTIC)
 
 
 def test_keep_received_solution_is_correct_every_time():
@@ -52,7 +55,8 @@ def test_keep_received_solution_is_correct_every_time():
     ids=["none", "sum", "tolist", "part", "detach", "contiguous"],
 )
 def test_keep_received_wrong_answers_name_the_reason(wrong, reason):
-    for i in range(5):
+    # what is kept (its type, values, storage) is the same every run
+    for i in range(TIMES_DETERMINISTIC):
         result = repr(checks.keep_received(wrong))
         assert result.startswith("Not yet") and reason in result, f"call {i + 1}: {result}"
 
@@ -78,8 +82,9 @@ def collect_solution(queue, process):
 
 
 def test_collect_placeholder_hangs_and_is_not_yet_every_time():
-    # Joining first deadlocks every time; a 2 s watchdog only makes each call fail sooner.
-    _all(checks.collect, collect_placeholder, "Not yet: it hung", timeout=2)
+    # Joining first deadlocks every time; a 2 s watchdog only makes each call fail sooner. It hangs whatever
+    # the limit, so the verdict cannot depend on timing: 3 calls.
+    _all(checks.collect, collect_placeholder, "Not yet: it hung", times=TIMES_DETERMINISTIC, timeout=2)
 
 
 def collect_no_timeouts(queue, process):
@@ -120,7 +125,9 @@ def collect_returns_nothing(queue, process):
     ids=["no-timeouts", "join-without-timeout", "join-with-timeout-first", "never-joins", "returns-nothing"],
 )
 def test_collect_wrong_answers_name_the_reason(wrong, reason):
-    for i in range(5):
+    # the waits made and their timeouts are the same every run, and a join before the get always times out
+    # (the producer cannot exit before its 8 MB leave the pipe)
+    for i in range(TIMES_DETERMINISTIC):
         result = repr(checks.collect(wrong, timeout=30))
         assert result.startswith("Not yet") and reason in result, f"call {i + 1}: {result}"
 
@@ -159,7 +166,8 @@ def increment_with_the_value_itself(counter):
 
 
 def test_exact_counter_placeholder_is_not_yet_every_time():
-    _all(checks.exact_counter, increment_placeholder, "Not yet")
+    # refused by the one call on the recording stand-in, before any race runs
+    _all(checks.exact_counter, increment_placeholder, "Not yet", times=TIMES_DETERMINISTIC)
 
 
 def increment_with_a_new_lock(counter):
@@ -177,7 +185,8 @@ def increment_lock_around_read_only(counter):
     "wrong", [increment_two_acquisitions, increment_by_two, increment_with_a_new_lock, increment_lock_around_read_only]
 )
 def test_exact_counter_other_wrong_answers(wrong):
-    _all(checks.exact_counter, wrong, "Not yet")
+    # refused by the one call on the recording stand-in, before any race runs
+    _all(checks.exact_counter, wrong, "Not yet", times=TIMES_DETERMINISTIC)
 
 
 def test_exact_counter_solution_is_correct_every_time():

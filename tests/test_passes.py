@@ -101,6 +101,26 @@ def test_run_jobs_leaves_nothing_running_when_a_report_fails(tmp_path):
     assert alive_children() - before == set()
 
 
+def test_one_job_that_waits_runs_beside_the_others_even_when_may_add_refuses(tmp_path):
+    stamp = "import time; print(time.time()); time.sleep(0.4); print(time.time())"
+    jobs = [_job(tmp_path, "busy0", stamp), _job(tmp_path, "busy1", stamp)]
+    jobs += [passes.Job(f"wait{i}", jobs[0].cmd, {}, tmp_path / f"wait{i}.log", waits=True) for i in range(2)]
+    spans = {}
+    passes.run_jobs(
+        jobs, 3, lambda job, *_: spans.update({job.name: [float(t) for t in job.log.read_text().split()]}),
+        may_add=lambda since: False,
+    )  # fmt: skip
+    assert spans["wait0"][0] < spans["busy0"][1] - 0.1  # the first waiting job ran beside the first busy one
+    assert spans["wait1"][0] >= spans["wait0"][1] - 0.05  # never two waiting jobs at once
+    assert spans["busy1"][0] >= spans["busy0"][1] - 0.05  # and the busy ones one at a time, as may_add said
+
+
+def test_the_waiting_files_exist_and_each_runs_alone():
+    files = sorted(Path(__file__).parent.glob("test_*.py"))
+    assert set(passes.WAITING) <= {f.name for f in files}
+    assert not set(passes.WAITING) & set(passes.SHARED_PROCESS)
+
+
 def test_counts_add_up_every_pytest_summary():
     log = "==== 3 passed, 1 failed in 2.0s ====\n...\n==== 2 passed, 1 skipped in 1.0s ====\n"
     assert passes._counts(log) == {"passed": 5, "failed": 1, "skipped": 1}
