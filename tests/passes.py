@@ -280,7 +280,7 @@ SHARED_PROCESS = (
 
 
 # Test files that mostly wait (on the timeouts of hang demos and checkers, on children that sleep): in
-# clean runs of `make test` each used under 35 % of one core over its run (e.g. test_checkers_pitfalls.py
+# clean runs of `make test` each used under 40 % of one core over its run (e.g. test_checkers_pitfalls.py
 # 33-35 s of CPU in 175-182 s). One of them at a time runs beside the unit pass's other files instead of
 # holding its only slot: about 10 minutes of waiting that no longer lengthens the pass, for little CPU.
 WAITING = (
