@@ -272,9 +272,10 @@ def rank_main(
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
     # A workaround, not a pattern for real jobs: leave without the interpreter's teardown (forked
-    # children leave this way anyway). After a DDP model, gloo's threads outlive destroy_process_group
-    # in torch 2.13, and tearing them down at exit sometimes aborts the process (SIGABRT). The results
-    # are written and closed; nothing else here needs atexit handlers.
+    # children leave this way anyway). In torch 2.13 a gloo worker thread, still running after
+    # destroy_process_group, can free a collective started in a backward pass (it holds a Python object)
+    # after the teardown has begun, which aborts the process (SIGABRT; see helpers/scripts/__init__.py).
+    # The results are written and closed; nothing else here needs atexit handlers.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

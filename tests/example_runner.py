@@ -10,6 +10,8 @@ printing into one stream can interleave their lines, which once cost 09's test a
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -29,6 +32,42 @@ class Output:
     out: str
     err: str
     ranks: list[str] = field(default_factory=list)
+
+
+# torch 2.13 with gloo (pytorch/pytorch#190489): every backward stashes a Python object (a contextvars.Context)
+# in the thread's state, the collectives that DDP or FSDP start during the backward copy that state, and one
+# of gloo's worker threads, which keep running after destroy_process_group(), sometimes frees such a
+# collective only after the interpreter has begun its teardown (a core dump of one such rank: a gloo worker
+# in ~AsyncBarrierWork -> ~AsyncAllreduceWork -> ~ThreadLocalState -> decref -> take_gil ->
+# PyThread_exit_thread, inside a destructor). Python 3.11 ends that thread there and libstdc++ aborts the
+# rank. It happened to a rank of these examples about once in 20 runs with the cores oversubscribed, never
+# on an idle machine. Notebook 05 teaches how to recognise it; `helpers/scripts` has the workaround.
+_ABORT_AT_EXIT = "terminate called without an active exception\nFatal Python error: Aborted\n"
+_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):\n(.*)$", re.MULTILINE)
+_RANK_EXIT = re.compile(r"rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+)")
+
+
+def aborted_after_its_script(errors: str) -> bool:
+    """Whether a rank's standard error shows the abort above *after its script returned*: libstdc++'s
+    message, then Python's faulthandler (PYTHONFAULTHANDLER=1) listing its threads with no Python frame in
+    any of them. While the script runs, its main thread always has one; an abort during the work fails."""
+    if _ABORT_AT_EXIT not in errors:
+        return False
+    threads = _THREAD.findall(errors.split(_ABORT_AT_EXIT, 1)[1])
+    return bool(threads) and all(line.strip() == "<no Python frame>" for line in threads)
+
+
+def _aborted_at_exit(summary: str, rank_errors: dict[int, str]) -> list[int]:
+    """The ranks aborted after their script returned, when they explain torchrun's failure on their own:
+    every other rank that torchrun lists as failed was ended by torchrun's SIGTERM (it stops the others
+    when one fails; they had passed the same last collective, so their results were written)."""
+    exits = {int(rank): int(code) for rank, code in _RANK_EXIT.findall(summary)}
+    aborted = [
+        rank for rank, code in exits.items()
+        if code == -signal.SIGABRT and aborted_after_its_script(rank_errors.get(rank, ""))
+    ]  # fmt: skip
+    others = [code for rank, code in exits.items() if rank not in aborted]
+    return aborted if aborted and all(code == -signal.SIGTERM for code in others) else []
 
 
 def _session(process: psutil.Process) -> int | None:
@@ -68,6 +107,8 @@ def run(name: str, *args: str, timeout: float = 300.0, nproc: int | None = None,
                             "--rdzv-endpoint=127.0.0.1:0", "--max-restarts=0", f"--log-dir={logs}",
                             "--redirects=3"]  # fmt: skip
         full_env = {**os.environ, "TMPDIR": tmp, "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
+        if nproc is not None:
+            full_env["PYTHONFAULTHANDLER"] = "1"  # where each thread was if a rank aborts (see _ABORT_AT_EXIT)
         proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -96,13 +137,26 @@ def run(name: str, *args: str, timeout: float = 300.0, nproc: int | None = None,
         log.seek(0)
         errors.seek(0)
         output = Output(log.read(), errors.read())
+        aborted, rank_errors = [], {}
         if nproc is not None:
             output.ranks = _rank_outputs(Path(logs), nproc)
-            output.err += "".join(p.read_text() for p in sorted(Path(logs).glob("*/attempt_0/*/stderr.log")))
+            rank_errors = {
+                int(log_file.parent.name): log_file.read_text()
+                for log_file in Path(logs).glob("*/attempt_0/*/stderr.log")
+            }  # fmt: skip
+            aborted = _aborted_at_exit(output.err, rank_errors)
         shown = f"{output.out[-2000:]}\n{output.err[-3000:]}"
+        for rank, text in enumerate(output.ranks):
+            shown += f"\n--- rank {rank}'s output ---\n{text[-1500:]}"
+            shown += f"\n--- rank {rank}'s errors ---\n{rank_errors.get(rank, '')[-1500:]}"
         assert alive == [], f"{name} left processes behind: {[p.cmdline() for p in alive]}\n{shown}"
         leftovers = [p.name for p in Path(tmp).iterdir() if not p.name.startswith("torchinductor")]
         assert leftovers == [], f"{name} left files behind in its temporary folder: {leftovers}"
+    if proc.returncode != 0 and aborted:
+        pytest.skip(  # not a pass: torch aborted a rank as it exited, and torchrun stopped the others
+            f"torch 2.13 aborted rank(s) {aborted} of {name} after the script had returned "
+            "(pytorch/pytorch#190489); the other ranks' last output may be lost, so nothing is checked"
+        )
     assert proc.returncode == 0, shown
     return output
 

@@ -273,6 +273,48 @@ def test_example_script_trains_with_torchrun_and_leaves_nothing_behind(tmp_path)
     model.load_state_dict(torch.load(checkpoint, weights_only=True))  # keys without "module."
 
 
+# What a rank of this example wrote when torch 2.13 aborted it at exit (a clean run with the cores busy), and
+# torchrun's summary of that job; a rank that aborts while its script runs has a Python frame in the dump.
+_ABORTED_AT_EXIT = """terminate called without an active exception
+Fatal Python error: Aborted
+
+Thread 0x00007fa200203b80 (most recent call first):
+  <no Python frame>
+
+Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)
+"""
+_ABORTED_IN_BARRIER = _ABORTED_AT_EXIT.replace(
+    "  <no Python frame>", '  File "examples/05_ddp_torchrun.py", line 51 in train'
+)
+_SUMMARY = """Failures:
+[1]:
+  time      : 2026-12-05_03:30:11
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 7457)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 7457
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-05_03:30:11
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 7456)  (SIGABRT)
+"""
+
+
+def test_the_runner_tells_an_abort_after_the_script_returned_from_one_during_it():
+    assert example_runner.aborted_after_its_script(_ABORTED_AT_EXIT)
+    assert not example_runner.aborted_after_its_script(_ABORTED_IN_BARRIER)
+    assert not example_runner.aborted_after_its_script("terminate called without an active exception\n")  # no dump
+    assert example_runner._aborted_at_exit(_SUMMARY, {0: _ABORTED_AT_EXIT, 1: ""}) == [0]
+    assert example_runner._aborted_at_exit(_SUMMARY, {0: _ABORTED_IN_BARRIER, 1: ""}) == []
+    # the other rank failed on its own (exit code 1), not by torchrun's SIGTERM: that failure counts
+    failed = _SUMMARY.replace("-15 (pid: 7457)  (SIGTERM)", "1 (pid: 7457)")
+    assert example_runner._aborted_at_exit(failed, {0: _ABORTED_AT_EXIT, 1: ""}) == []
+
+
 def test_example_script_uses_what_the_chapter_teaches():
     text = EXAMPLE.read_text()
     for needed in ("init_process_group", "DDP(", "DistributedSampler", "set_epoch", "destroy_process_group",
