@@ -112,6 +112,13 @@ def cores_given(count: int = 1_000_000, trials: int = 9) -> float:
         for _ in range(trials):
             alone.append(pool.apply(_spin, (count,)))
             together.append(max(pool.map(_spin, [count] * cores, chunksize=1)))
+    return _cores_from(alone, together, cores)
+
+
+def _cores_from(alone: list[float], together: list[float], cores: int) -> float:
+    """The reading of `cores_given`'s probe: all `cores` when the loops run together as fast as one alone,
+    half of them when together they take twice as long. Medians, so one disturbed trial does not decide.
+    Not bounded by `cores`: a trial alone slowed by other programs more than those together reads above."""
     return cores * statistics.median(alone) / statistics.median(together)
 
 
