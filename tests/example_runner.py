@@ -40,8 +40,8 @@ class Output:
 # collective only after the interpreter has begun its teardown (a core dump of one such rank: a gloo worker
 # in ~AsyncBarrierWork -> ~AsyncAllreduceWork -> ~ThreadLocalState -> decref -> take_gil ->
 # PyThread_exit_thread, inside a destructor). Python 3.11 ends that thread there and libstdc++ aborts the
-# rank. It happened to a rank of these examples about once in 20 runs with the cores oversubscribed, never
-# on an idle machine. Notebook 05 teaches how to recognise it; `helpers/scripts` has the workaround.
+# rank. It happened in 5 of 130 runs of 05's example with both cores kept busy by other processes, never
+# in an idle run of the tests. Notebook 05 teaches how to recognise it; `helpers/scripts` has the workaround.
 _ABORT_AT_EXIT = "terminate called without an active exception\nFatal Python error: Aborted\n"
 _THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):\n(.*)$", re.MULTILINE)
 _RANK_EXIT = re.compile(r"rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+)")
@@ -59,8 +59,8 @@ def aborted_after_its_script(errors: str) -> bool:
 
 def _aborted_at_exit(summary: str, rank_errors: dict[int, str]) -> list[int]:
     """The ranks aborted after their script returned, when they explain torchrun's failure on their own:
-    every other rank that torchrun lists as failed was ended by torchrun's SIGTERM (it stops the others
-    when one fails; they had passed the same last collective, so their results were written)."""
+    every other rank that torchrun lists as failed was ended by torchrun's SIGTERM, which stops the others
+    when one fails."""
     exits = {int(rank): int(code) for rank, code in _RANK_EXIT.findall(summary)}
     aborted = [
         rank for rank, code in exits.items()
