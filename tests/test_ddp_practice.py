@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import ddp_practice as dp
-from helpers import errors
+from helpers import errors, timing
 
 needs_fork = pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="fast launches need fork")
 
@@ -163,13 +163,23 @@ def notebook_like():
 
 
 def test_pickled_by_reference():
-    assert dp.pickled_by_reference(dp.evaluation) == "found helpers.ddp_practice.evaluation"
+    # the function notebook 07 shows: its module does not import torch, so the child answers in well under
+    # a second (one that imports torch took over 20 s in make test with a core kept busy)
+    assert dp.pickled_by_reference(timing.spread) == "found helpers.timing.spread"
     notebook_like.__module__ = "__main__"  # what a function defined in a notebook cell carries
     sys.modules["__main__"].notebook_like = notebook_like
     try:
         assert "Can't get attribute 'notebook_like'" in dp.pickled_by_reference(notebook_like)
     finally:
         del sys.modules["__main__"].notebook_like
+
+
+def test_pickled_by_reference_says_when_the_child_does_not_answer_and_refuses_a_bad_timeout():
+    assert dp.pickled_by_reference(timing.spread, timeout=0.001) == "no answer from the child within 0.001 s"
+    with pytest.raises(TypeError, match="timeout"):
+        dp.pickled_by_reference(timing.spread, timeout="20")
+    with pytest.raises(ValueError, match="timeout"):
+        dp.pickled_by_reference(timing.spread, timeout=-1)
 
 
 def test_unused_branch_rejects_bad_modes():
