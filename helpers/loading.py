@@ -611,19 +611,29 @@ def worker_memory(kind: str, size: int = 2_000_000, num_workers: int = 2) -> dic
     return {"the data (parent)": data_mb, **dict(sorted(grown.items()))}
 
 
-def first_error(loader: DataLoader) -> tuple[str, str, bool]:
+def first_error(loader: DataLoader, drain_seconds: float = 10.0) -> tuple[str, str, bool]:
     """Iterate `loader` until it raises; return (first line, last line, whether the message carries the
-    worker's traceback). The iterator is shut down before returning, so no worker outlives the call.
+    worker's traceback). No worker outlives the call.
 
-    A failed iterator is not exhausted, so DataLoader has not shut its workers down yet, and it sits in a
-    reference cycle, so `del` alone leaves it to the garbage collector. The collector runs the weak-
-    reference finalizers of the iterator's index queues (which stop their feeder threads) before the
-    iterator's `__del__`, whose shutdown message then never reaches the workers: each worker was only
-    terminated after DataLoader's join timed out (5 s each, `MP_STATUS_CHECK_INTERVAL`; seen: 10 s for
-    2 workers). So the shutdown is called here, as DataLoader itself does when an epoch ends.
+    After the error the rest of the epoch is read (for at most `drain_seconds`), so that the workers have
+    sent every batch before they are told to stop. A worker stopped in the middle of an epoch may still
+    have a batch on its way: its queue's feeder thread shares the batch's tensors in C++ with the GIL
+    released. A spawn worker ends by finalizing the interpreter, and a daemon thread that takes the GIL
+    back during finalization is ended with `pthread_exit`; unwinding that C++ frame calls
+    `std::terminate`. The worker prints "terminate called without an active exception" and dies of
+    SIGABRT, and DataLoader's handler then raises "worker ... killed by signal: Aborted" in the parent
+    (in 288 such loaders under spawn, 21 workers aborted and 7 of the aborts reached the parent; fork
+    and forkserver workers leave with `os._exit` and never finalize).
+
+    Then the iterator is shut down, as DataLoader itself does when an epoch ends. A failed iterator sits
+    in a reference cycle, so `del` alone leaves it to the garbage collector, which runs the finalizers of
+    its index queues (stopping their feeder threads) before the iterator's `__del__`: the shutdown message
+    then never reaches the workers, and each is terminated only after DataLoader's join times out (5 s
+    each, `MP_STATUS_CHECK_INTERVAL`; seen: 10 s for 2 workers).
     """
     from helpers.errors import short_error
 
+    non_negative("drain_seconds", drain_seconds)
     iterator = iter(loader)
     found: tuple[str, str, bool] | None = None
     try:
@@ -631,6 +641,7 @@ def first_error(loader: DataLoader) -> tuple[str, str, bool]:
             pass
     except Exception as exc:  # noqa: BLE001 - any error a worker raises is what we want to show
         found = short_error(exc), short_error(exc, line="last"), "Original Traceback" in str(exc)
+        _drain(iterator, drain_seconds)
     shutdown = getattr(iterator, "_shutdown_workers", None)  # absent when num_workers=0
     if shutdown is not None:
         shutdown()
@@ -639,6 +650,19 @@ def first_error(loader: DataLoader) -> tuple[str, str, bool]:
     if found is None:
         raise AssertionError("the loader finished without an error")
     return found
+
+
+def _drain(iterator: Iterator[Any], seconds: float) -> None:
+    """Read what is left of an epoch that has already failed, ignoring its further errors, until it ends
+    or `seconds` pass (a sample that never arrives must not hold the caller)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            next(iterator)
+        except StopIteration:
+            return
+        except Exception:  # noqa: BLE001, S112 - the first error is already kept; the rest are read past
+            continue
 
 
 class _GeneratorDataset(Dataset):

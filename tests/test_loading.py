@@ -101,19 +101,43 @@ def test_shard_bounds_bad_arguments(args):
         loading.shard_bounds(*args)
 
 
+class _Recording(DataLoader):
+    """Keeps the iterators it makes, to read their state after `first_error`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.iterators = []
+
+    def _get_iterator(self):
+        iterator = super()._get_iterator()
+        self.iterators.append(iterator)
+        return iterator
+
+
 def test_first_error_lets_the_workers_exit_by_themselves():
-    workers = []
-
-    class Recording(DataLoader):
-        def _get_iterator(self):
-            iterator = super()._get_iterator()
-            workers.extend(iterator._workers)
-            return iterator
-
-    loading.first_error(Recording(loading.FailingDataset(bad=3), num_workers=2))
+    loader = _Recording(loading.FailingDataset(bad=3), num_workers=2)
+    loading.first_error(loader)
+    workers = loader.iterators[0]._workers
     # left to the garbage collector, DataLoader's shutdown message never arrived: it waited 5 s per
     # worker, then terminated it (exit code -SIGTERM)
     assert len(workers) == 2 and [w.exitcode for w in workers] == [0, 0]
+
+
+@pytest.mark.parametrize("drain_seconds", [10.0, 0.0])
+def test_first_error_reads_the_rest_of_the_epoch_before_the_shutdown(drain_seconds):
+    # 8 samples, 2 workers with 2 batches in flight each. The iterator asks for sample 7 when it receives
+    # the failed sample 3, so without reading on, at least that batch is still on its way at the shutdown;
+    # stopping a spawn worker while it still sends one can abort it (see first_error)
+    loader = _Recording(loading.FailingDataset(n=8, bad=3), num_workers=2)
+    assert loading.first_error(loader, drain_seconds=drain_seconds)[1] == "ValueError: sample 3 is corrupt"
+    outstanding = loader.iterators[0]._tasks_outstanding  # batches asked for and not yet received
+    assert (outstanding == 0) if drain_seconds else (outstanding > 0)
+
+
+@pytest.mark.parametrize("bad", [-1.0, "10", None])
+def test_first_error_refuses_a_bad_drain_time(bad):
+    with pytest.raises((TypeError, ValueError), match="drain_seconds"):
+        loading.first_error(DataLoader(loading.FailingDataset(bad=1)), drain_seconds=bad)
 
 
 def test_first_error_reports_worker_error_and_timeout():
