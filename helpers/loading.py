@@ -738,7 +738,8 @@ def spawn_dataset_sharing() -> dict[str, bool]:
     """Under spawn, how a dataset's tensor and array reach one worker, and what happens to the parent's."""
     dataset = TensorHoldingDataset()
     before = dataset.tensor.is_shared()
-    sample = next(iter(DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context="spawn")))
+    # every sample is read, so that the worker has sent all it loaded before it stops (see `first_error`)
+    sample = list(DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context="spawn"))[0]
     gc.collect()  # see _COLLECT
     return {
         "parent's tensor shared before": before,
@@ -753,12 +754,14 @@ def pin_memory_without_accelerator(dataset: Dataset) -> tuple[list[str], bool, b
 
     On CPU-only torch the DataLoader warns and pins nothing, so no thread is started; with an
     accelerator the iterator starts a thread in the main process that copies each batch into pinned
-    memory. Private attributes, read only to show it.
+    memory. Private attributes, read only to show it. The whole epoch is read, so that the worker has
+    sent every batch before it stops (see `first_error`).
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         iterator = iter(DataLoader(dataset, batch_size=2, num_workers=1, pin_memory=True))
-        next(iterator)
+        for _batch in iterator:
+            pass
     pins, thread = bool(iterator._pin_memory), hasattr(iterator, "_pin_memory_thread")  # noqa: SLF001
     del iterator
     gc.collect()  # see _COLLECT
