@@ -618,12 +618,13 @@ def first_error(loader: DataLoader, drain_seconds: float = 10.0) -> tuple[str, s
     After the error the rest of the epoch is read (for at most `drain_seconds`), so that the workers have
     sent every batch before they are told to stop. A worker stopped in the middle of an epoch may still
     have a batch on its way: its queue's feeder thread shares the batch's tensors in C++ with the GIL
-    released. A spawn worker ends by finalizing the interpreter, and a daemon thread that takes the GIL
-    back during finalization is ended with `pthread_exit`; unwinding that C++ frame calls
-    `std::terminate`. The worker prints "terminate called without an active exception" and dies of
-    SIGABRT, and DataLoader's handler then raises "worker ... killed by signal: Aborted" in the parent
-    (in 288 such loaders under spawn, 21 workers aborted and 7 of the aborts reached the parent; fork
-    and forkserver workers leave with `os._exit` and never finalize).
+    released. A spawn worker ends by finalizing the interpreter, and up to Python 3.13 a daemon thread
+    that takes the GIL back during finalization is ended with `pthread_exit`; unwinding that C++ frame
+    calls `std::terminate` (from 3.14 the thread is left blocked instead: python/cpython#87135). The
+    worker prints "terminate called without an active exception" and dies of SIGABRT, and DataLoader's
+    handler then raises "worker ... killed by signal: Aborted" in the parent (in 288 such loaders under
+    spawn, 21 workers aborted and 7 of the aborts reached the parent; fork and forkserver workers leave
+    with `os._exit` and never finalize).
 
     Then the iterator is shut down, as DataLoader itself does when an epoch ends. A failed iterator sits
     in a reference cycle, so `del` alone leaves it to the garbage collector, which runs the finalizers of
