@@ -283,9 +283,38 @@ def executor_worker_pids(tasks: int = 4, max_tasks_per_child: int = 2) -> dict[s
     with ProcessPoolExecutor(1, max_tasks_per_child=max_tasks_per_child) as executor:
         method = executor._mp_context.get_start_method()  # noqa: SLF001 - the context it chose
         pids = [executor.submit(_pid_of_task, x).result(timeout=_WAIT) for x in range(tasks)]
+        manager = executor._executor_manager_thread  # noqa: SLF001 - released below
+    _release_ended_manager(manager)
     del executor
     gc.collect()
     return {"start method it chose": method, f"processes that ran the {tasks} tasks": len(set(pids))}
+
+
+# What an executor's manager thread holds of it: the call queue (three semaphores) and the result queue (two).
+_MANAGER_HOLDS = (
+    "thread_wakeup",
+    "shutdown_lock",
+    "executor_reference",
+    "processes",
+    "call_queue",
+    "result_queue",
+    "work_ids_queue",
+    "pending_work_items",
+)
+
+
+def _release_ended_manager(manager: Any) -> None:
+    """Drop what an ended executor manager thread still refers to. With `max_tasks_per_child`, that thread
+    starts each replacement worker, and starting a process flushes `sys.stdout`; in a Jupyter kernel the
+    flush makes ipykernel (7.x, `IOPubThread._event_pipes`) keep the thread object until its next sweep,
+    every 10 s, and the thread keeps the queues, so a spawn executor's five semaphores stayed in /dev/shm
+    until a later garbage collection, or until the resource tracker removed them at the kernel's shutdown
+    with "There appear to be 5 leaked semaphore objects" (seen after notebook 04 under nbval)."""
+    if manager is None or manager.is_alive():
+        return
+    for name in _MANAGER_HOLDS:
+        if hasattr(manager, name):
+            setattr(manager, name, None)
 
 
 def loader_after_kill(num_workers: int = 2, start_method: str | None = None) -> dict[str, str]:

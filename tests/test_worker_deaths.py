@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,27 @@ def test_max_tasks_per_child_refuses_fork_and_picks_spawn_by_itself():
         "start method it chose": "spawn",
         "processes that ran the 4 tasks": 2,
     }
+
+
+def test_the_executor_demo_leaves_no_semaphore_while_something_keeps_its_manager_thread(monkeypatch):
+    # In a Jupyter kernel, ipykernel keeps every thread that flushed stdout (the manager thread does, when it
+    # starts a replacement worker) for up to 10 s: hold them here the same way.
+    from concurrent.futures import process
+
+    kept = []
+    original = process._ExecutorManagerThread.__init__  # noqa: SLF001
+
+    def keep(self, executor):
+        original(self, executor)
+        kept.append(self)
+
+    monkeypatch.setattr(process._ExecutorManagerThread, "__init__", keep)  # noqa: SLF001
+    shm = Path("/dev/shm")
+    before = {p.name for p in shm.glob("sem.mp-*")} if shm.is_dir() else set()
+    deaths.executor_worker_pids(tasks=4, max_tasks_per_child=2)
+    assert kept, "no manager thread was made"
+    left = ({p.name for p in shm.glob("sem.mp-*")} if shm.is_dir() else set()) - before
+    assert not left, f"semaphores still in /dev/shm while the thread is kept: {sorted(left)}"
 
 
 @pytest.mark.skipif(not HAS_FORK, reason="the demo pins fork workers")
