@@ -42,9 +42,19 @@ def stop_multiprocessing_helpers() -> None:
     it). At shutdown ipykernel sends its children SIGTERM with waits of 0.01 to 10 s between rounds, and
     only then SIGKILL, so a kernel that ran one spawn Pool took seconds to half a minute to shut down
     (a SIGKILLed tracker also never unlinks what a crashed child leaked). Closing the tracker's pipe is
-    its normal stop: it cleans up and exits at once."""
-    from multiprocessing import forkserver, resource_tracker
+    its normal stop: it cleans up and exits at once.
 
+    First the kernel's own multiprocessing objects are released as its exit would release them
+    (collect cyclic garbage, then run multiprocessing's exit finalizers: a Pool is terminated, a
+    semaphore unlinked). Stopping the tracker while a learner's `q = Queue()` still lived made it
+    warn "There appear to be 3 leaked semaphore objects" at every shutdown under spawn or forkserver,
+    which the course teaches to read as a crash."""
+    import gc
+    from multiprocessing import forkserver, resource_tracker, util
+
+    with contextlib.suppress(Exception):
+        gc.collect()
+        util._run_finalizers(0)  # noqa: SLF001 - what multiprocessing's atexit hook runs first
     for helper in (getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)):
         stop = getattr(helper, "_stop", None)  # Python 3.11.5+ / 3.12; older ones keep ipykernel's way
         if stop is not None:

@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from helpers.environment import default_context
 from helpers.errors import short_error
-from helpers.processes import join_spawned, live_workers, mp_context, quiet_spawn_log, remove_error_files, running
+from helpers.processes import (
+    collected_after,
+    join_spawned,
+    live_workers,
+    mp_context,
+    quiet_spawn_log,
+    remove_error_files,
+    running,
+)
 from helpers.validate import non_negative, positive_int
 
 if TYPE_CHECKING:
@@ -241,6 +249,7 @@ def with_pool(items: Sequence[int], workers: int = 4, start_method: str | None =
     return out
 
 
+@collected_after  # an apply_async result left in the pool's cache keeps the pool in a cycle
 def pool_error(items: Sequence[int], method: str = "map", start_method: str | None = None) -> str:
     """Run items (one of them negative) through a Pool; return the error the parent got, as one line."""
     if method not in ("map", "imap", "apply_async"):

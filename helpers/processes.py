@@ -9,14 +9,27 @@ deadline, then terminates, then kills. The other helpers here serve the chapters
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import logging
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["running", "stop", "join_spawned", "mp_context", "live_workers", "quiet_spawn_log", "remove_error_files"]
+__all__ = [
+    "running",
+    "stop",
+    "join_spawned",
+    "mp_context",
+    "live_workers",
+    "quiet_spawn_log",
+    "remove_error_files",
+    "collected_after",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def mp_context(start_method: str | None = None) -> Any:
@@ -82,6 +95,25 @@ def stop(procs: Sequence[BaseProcess], timeout: float = 5.0) -> list[int | None]
             proc.kill()
             proc.join(1.0)
     return [proc.exitcode for proc in procs]
+
+
+def collected_after(fn: F) -> F:
+    """Collect garbage once `fn` has returned, when its frame no longer holds anything.
+
+    Why: a `Pool` sits in reference cycles (its result cache and every result that points back at it),
+    and so do queues kept by a process object or a traceback. Under spawn and forkserver each of their
+    semaphores is a file in /dev/shm until the cycle is collected, which in a kernel can be many cells
+    later; if the kernel ends first, the resource tracker removes them with "There appear to be N leaked
+    semaphore objects". A `gc.collect()` inside `fn` cannot free what `fn`'s own variables still hold."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.collect()
+
+    return wrapper  # type: ignore[return-value]
 
 
 @contextlib.contextmanager

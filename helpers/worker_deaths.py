@@ -24,7 +24,14 @@ from typing import Any
 from helpers.environment import default_context
 from helpers.errors import short_error
 from helpers.pool import tiny
-from helpers.processes import join_spawned, live_workers, mp_context, quiet_spawn_log, remove_error_files
+from helpers.processes import (
+    collected_after,
+    join_spawned,
+    live_workers,
+    mp_context,
+    quiet_spawn_log,
+    remove_error_files,
+)
 from helpers.validate import non_negative, positive_int
 
 __all__ = [
@@ -157,6 +164,7 @@ def _killer(started: Any, pid: Any, release: Any, tasks: int, inside: str | None
     return thread
 
 
+@collected_after  # the killed task's result stays in the pool's cache, which keeps the pool in a cycle
 def pool_after_kill(workers: int = 2, timeout: float = 2.0, start_method: str | None = None) -> dict[str, Any]:
     """Kill the Pool worker that runs item VICTIM of `map_async(hold, range(2 * workers))`: does the
     result come within `timeout`, is the worker replaced, does the pool still work?"""
@@ -187,8 +195,6 @@ def pool_after_kill(workers: int = 2, timeout: float = 2.0, start_method: str | 
         _let_go(release, 2 * workers)
         pool.terminate()
         pool.join()
-        del pool
-        gc.collect()
     return {
         f"map_async(...).get(timeout={timeout:g}) raised TimeoutError": timed_out,
         "the killed worker was replaced": replaced,
