@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -295,8 +296,15 @@ def _shard(model: nn.Sequential, layout: str, mesh: Any) -> nn.Module:
 
 
 def _init_weights(model: nn.Module) -> None:
-    """Each rank initialises its own shards (`reset_parameters` on a DTensor draws only the local part)."""
-    with torch.no_grad():
+    """Each rank initialises its own shards (`reset_parameters` on a DTensor draws only the local part).
+
+    On a CPU mesh DTensor has no generator it can keep in step across ranks (`is_rng_supported_mesh`), so
+    it warns that its random operators "may not have complete support", once per op, and each rank
+    draws its shards from its own generator. That is all this chapter needs (it counts bytes and
+    collectives, never compares values), so the warning is silenced here: from real ranks it went
+    straight to the terminal that runs JupyterLab."""
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="DTensor random operators may not have complete support")
         for module in model.modules():
             if isinstance(module, nn.Linear):
                 module.reset_parameters()
