@@ -100,11 +100,11 @@ def stop(procs: Sequence[BaseProcess], timeout: float = 5.0) -> list[int | None]
 def collected_after(fn: F) -> F:
     """Collect garbage once `fn` has returned, when its frame no longer holds anything.
 
-    Why: a `Pool` sits in reference cycles (its result cache and every result that points back at it),
-    and so do queues kept by a process object or a traceback. Under spawn and forkserver each of their
-    semaphores is a file in /dev/shm until the cycle is collected, which in a kernel can be many cells
-    later; if the kernel ends first, the resource tracker removes them with "There appear to be N leaked
-    semaphore objects". A `gc.collect()` inside `fn` cannot free what `fn`'s own variables still hold."""
+    Why: a `Pool` sits in a reference cycle while a result it handed out is still in its cache (each
+    result points back at the pool). Under spawn and forkserver each of the pool's semaphores is a file in
+    /dev/shm until the cycle is collected, which in a kernel can be many cells later, and a kernel that is
+    killed never collects it (its resource tracker then removes them, warning of "leaked semaphore
+    objects"). A `gc.collect()` inside `fn` cannot free what `fn`'s own variables still hold."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -315,7 +315,7 @@ def _release_ended_manager(manager: Any) -> None:
     flush makes ipykernel (7.x, `IOPubThread._event_pipes`) keep the thread object until its next sweep,
     every 10 s, and the thread keeps the queues, so a spawn executor's five semaphores stayed in /dev/shm
     until a later garbage collection, or until the resource tracker removed them at the kernel's shutdown
-    with "There appear to be 5 leaked semaphore objects" (seen after notebook 04 under nbval)."""
+    with "There appear to be 5 leaked semaphore objects" (seen when notebook 04's kernel shut down)."""
     if manager is None or manager.is_alive():
         return
     for name in _MANAGER_HOLDS:
