@@ -279,6 +279,7 @@ def _pid_of_task(_: int) -> int:
     return os.getpid()
 
 
+@collected_after  # the executor and its queues may sit in cycles
 def executor_worker_pids(tasks: int = 4, max_tasks_per_child: int = 2) -> dict[str, Any]:
     """One-worker ProcessPoolExecutor with `max_tasks_per_child` and no `mp_context`: which start method
     it picks by itself, and how many processes ran the tasks."""
@@ -291,8 +292,6 @@ def executor_worker_pids(tasks: int = 4, max_tasks_per_child: int = 2) -> dict[s
         pids = [executor.submit(_pid_of_task, x).result(timeout=_WAIT) for x in range(tasks)]
         manager = executor._executor_manager_thread  # noqa: SLF001 - released below
     _release_ended_manager(manager)
-    del executor
-    gc.collect()
     return {"start method it chose": method, f"processes that ran the {tasks} tasks": len(set(pids))}
 
 

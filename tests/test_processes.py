@@ -2,12 +2,11 @@ import contextlib
 import gc
 import multiprocessing as mp
 import time
-from pathlib import Path
 
 import pytest
 
 from helpers import pool as pools
-from helpers import processes
+from helpers import processes, watchdog
 from helpers import worker_deaths as deaths
 from helpers.processes import running, stop
 
@@ -70,11 +69,6 @@ def test_remove_error_files_deletes_the_named_files_only(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.txt"]
 
 
-def _semaphore_files() -> set[str]:
-    shm = Path("/dev/shm")
-    return {p.name for p in shm.glob("sem.mp-*")} if shm.is_dir() else set()
-
-
 @contextlib.contextmanager
 def _without_automatic_gc():
     """Only an explicit collection may free a cycle here, so a test of one cannot pass by the luck of
@@ -97,14 +91,14 @@ def test_collected_after_frees_a_cycle_that_held_a_spawn_lock_once_the_function_
         _Cycle(mp.get_context("spawn").Lock())
         return "done"
 
-    before = _semaphore_files()
+    before = watchdog.multiprocessing_names()
     with _without_automatic_gc():
         assert processes.collected_after(holds_a_lock_in_a_cycle)() == "done"
-        assert _semaphore_files() - before == set()
+        assert watchdog.multiprocessing_names() - before == set()
         holds_a_lock_in_a_cycle()
-        assert _semaphore_files() - before, "without the decorator the cycle should still hold the lock"
+        assert watchdog.multiprocessing_names() - before, "without the decorator the cycle should still hold the lock"
         gc.collect()
-    assert _semaphore_files() - before == set()
+    assert watchdog.multiprocessing_names() - before == set()
 
 
 @pytest.mark.parametrize(
@@ -116,8 +110,8 @@ def test_collected_after_frees_a_cycle_that_held_a_spawn_lock_once_the_function_
     ids=["pool_error", "pool_after_kill"],
 )
 def test_pool_demos_leave_no_semaphore_once_they_return(call):
-    before = _semaphore_files()
+    before = watchdog.multiprocessing_names()
     with _without_automatic_gc():
         call()
-        left = _semaphore_files() - before
+        left = watchdog.multiprocessing_names() - before
     assert not left, f"{len(left)} semaphores still in /dev/shm after the call"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from pathlib import Path
 
 import pytest
 
@@ -66,11 +65,10 @@ def test_the_executor_demo_leaves_no_semaphore_while_something_keeps_its_manager
         kept.append(self)
 
     monkeypatch.setattr(process._ExecutorManagerThread, "__init__", keep)  # noqa: SLF001
-    shm = Path("/dev/shm")
-    before = {p.name for p in shm.glob("sem.mp-*")} if shm.is_dir() else set()
+    before = watchdog.multiprocessing_names()
     deaths.executor_worker_pids(tasks=4, max_tasks_per_child=2)
     assert kept, "no manager thread was made"
-    left = ({p.name for p in shm.glob("sem.mp-*")} if shm.is_dir() else set()) - before
+    left = watchdog.multiprocessing_names() - before
     assert not left, f"semaphores still in /dev/shm while the thread is kept: {sorted(left)}"
 
 

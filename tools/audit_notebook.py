@@ -29,6 +29,8 @@ import nbformat
 import psutil
 from nbclient import NotebookClient
 
+from helpers import watchdog
+
 ROOT = Path(__file__).resolve().parent.parent
 SHM = Path("/dev/shm")
 FORCE = {"spawn": ROOT / "tests" / "force_spawn", "forkserver": ROOT / "tests" / "force_forkserver"}
@@ -81,9 +83,9 @@ def tree_cpu(pid: int) -> float:
 
 
 def shm_files() -> set[str]:
-    if not SHM.is_dir():
-        return set()
-    return {p.name for p in SHM.iterdir() if p.name.startswith(("sem.mp-", "psm_", "torch_"))}
+    """multiprocessing's semaphores and shared-memory blocks, and torch's shared-memory files."""
+    torch_files = {p.name for p in SHM.glob("torch_*")} if SHM.is_dir() else set()
+    return watchdog.multiprocessing_names() | torch_files
 
 
 def children_left(pid: int) -> list[str]:
