@@ -22,6 +22,8 @@ CELLS = [
     "p = mp.get_context('spawn').Process(target=time.sleep, args=(60,)); p.start()",  # 3: still running
     "x = sum(i * i for i in range(200_000))",  # 4: nothing left
     "p.terminate(); p.join(); del q, p",  # 5: cleans up
+    # 6: gone within the grace: a queue its cell's own thread drops half a second after the cell ends
+    "import threading; r = mp.get_context('spawn').Queue(); threading.Timer(0.5, globals().pop, ('r',)).start()",
 ]
 
 
@@ -38,7 +40,7 @@ def test_each_finding_is_reported_against_its_cell_and_counted(notebook):
     assert len(by_index[1].shm_left) == 3 and all(name.startswith("sem.mp-") for name in by_index[1].shm_left)
     assert by_index[2].stderr == ["straight to the terminal"]
     assert len(by_index[3].children_left) == 1 and "spawn_main" in by_index[3].children_left[0]
-    clean = [by_index[i] for i in (0, 4, 5)]
+    clean = [by_index[i] for i in (0, 4, 5, 6)]
     assert not any(c.shm_left or c.children_left or c.stderr or c.error for c in clean)
     assert audit_notebook.problems(result) == 5
     assert result.shm_after_shutdown == [] and result.cpu > 0

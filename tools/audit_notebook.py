@@ -9,8 +9,8 @@ multiprocessing semaphore kept alive after its cell (under spawn and forkserver 
 
 Per code cell it records the CPU seconds of the kernel and every process under it (children that have
 ended count through the parent that waited for them), the wall seconds, the `sem.mp-*`/`psm_*` files
-created in /dev/shm and still there when the cell ends, the kernel's children still alive (other than
-multiprocessing's resource tracker and forkserver), and what the kernel's process tree wrote to its
+created in /dev/shm and still there 2 s after the cell ends, the kernel's children still alive then (other
+than multiprocessing's resource tracker and forkserver), and what the kernel's process tree wrote to its
 stderr. At the end it times the kernel's shutdown and reports what it wrote then. Run one audit at a
 time: /dev/shm is shared, so another program's files would be counted.
 """
@@ -36,6 +36,8 @@ SHM = Path("/dev/shm")
 FORCE = {"spawn": ROOT / "tests" / "force_spawn", "forkserver": ROOT / "tests" / "force_forkserver"}
 # multiprocessing's own helpers, which live as long as the kernel by design
 HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+# seconds a cell's new files and children may take to go before they count as left behind
+GRACE = 2.0
 # ipykernel's own lines on stderr, which say nothing about the notebook
 KERNEL_NOISE = ("Kernel is running over TCP without encryption",)
 
@@ -112,6 +114,20 @@ def children_left(pid: int) -> list[str]:
     return left
 
 
+def left_behind(
+    pid: int, shm_before: set[str], kids_before: set[str], grace: float = GRACE
+) -> tuple[list[str], list[str]]:
+    """The multiprocessing files and live children a cell left, counted only if still there `grace` seconds
+    after it ended: a child may still be exiting, a finalizer still unlinking, and that is not a leak."""
+    deadline = time.monotonic() + grace
+    while True:
+        shm = sorted(shm_files() - shm_before)
+        kids = [kid for kid in children_left(pid) if kid not in kids_before]
+        if not (shm or kids) or time.monotonic() >= deadline:
+            return shm, kids
+        time.sleep(0.1)
+
+
 def new_lines(path: Path, seen: int) -> tuple[list[str], int]:
     text = path.read_text(errors="replace")
     lines = [line for line in text[seen:].splitlines() if line.strip() and not any(n in line for n in KERNEL_NOISE)]
@@ -151,8 +167,7 @@ def audit(notebook: Path, start_method: str | None = None, timeout: float = 600.
                     except Exception as exc:  # noqa: BLE001 - reported with the cell, the audit goes on
                         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
                     record = Cell(index, tree_cpu(pid) - c0, time.monotonic() - w0, error=error)
-                    record.shm_left = sorted(shm_files() - before_shm)
-                    record.children_left = [kid for kid in children_left(pid) if kid not in before_kids]
+                    record.shm_left, record.children_left = left_behind(pid, before_shm, before_kids)
                     record.stderr, seen = new_lines(err_path, seen)
                     cells.append(record)
                 shm_before_shutdown = shm_files()
