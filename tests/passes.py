@@ -140,11 +140,16 @@ class Job:
 def _next_job(
     pending: list[Job], running: list[Job], may_add: Callable[[float], bool] | None, since: float
 ) -> Job | None:
-    """The job to start now beside `running`, or None: the first job when none runs; else a job that waits
-    when no other one that waits runs (it takes little CPU from the others, see `WAITING`); else, when
+    """The job to start now beside `running`, or None: the first job when none runs; else a job that does
+    not wait when only jobs that wait run (one job that computes always runs); else a job that waits when no
+    other one that waits runs (it takes little CPU from the others, see `WAITING`); else, when
     `may_add(since)` agrees, the next job in order."""
     if not running:
         return pending[0]
+    if all(job.waits for job in running):
+        computing = next((job for job in pending if not job.waits), None)
+        if computing is not None:
+            return computing
     if not any(job.waits for job in running):
         waiting = next((job for job in pending if job.waits), None)
         if waiting is not None:

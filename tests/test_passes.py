@@ -115,6 +115,22 @@ def test_one_job_that_waits_runs_beside_the_others_even_when_may_add_refuses(tmp
     assert spans["busy1"][0] >= spans["busy0"][1] - 0.05  # and the busy ones one at a time, as may_add said
 
 
+def test_a_job_that_computes_starts_when_only_a_waiting_one_is_left_running(tmp_path):
+    stamp = "import time, sys; print(time.time()); time.sleep(float(sys.argv[1])); print(time.time())"
+    jobs = [
+        passes.Job("busy0", [sys.executable, "-c", stamp, "0.2"], {}, tmp_path / "busy0.log"),
+        passes.Job("wait0", [sys.executable, "-c", stamp, "4"], {}, tmp_path / "wait0.log", waits=True),
+        passes.Job("busy1", [sys.executable, "-c", stamp, "0.2"], {}, tmp_path / "busy1.log"),
+    ]
+    spans = {}
+    passes.run_jobs(
+        jobs, 3, lambda job, *_: spans.update({job.name: [float(t) for t in job.log.read_text().split()]}),
+        may_add=lambda since: False,
+    )  # fmt: skip
+    assert spans["busy1"][0] >= spans["busy0"][1] - 0.05  # the busy ones one at a time, as may_add said
+    assert spans["busy1"][0] < spans["wait0"][1] - 0.3  # but busy1 did not wait for the waiting job's end
+
+
 def test_the_waiting_files_exist_and_each_runs_alone():
     files = sorted(Path(__file__).parent.glob("test_*.py"))
     assert set(passes.WAITING) <= {f.name for f in files}
