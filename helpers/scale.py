@@ -467,7 +467,8 @@ def held_formula(
     layout: str, world_size: int, hidden: int = MODEL["hidden"], layers: int = MODEL["layers"], pp: int = 1
 ) -> dict[str, float]:
     """Bytes of parameters, gradients and (Adam's two moments) optimizer state per rank by the ZeRO
-    paper's formulas (fp32, psi = 4 bytes x parameters, n ranks): DDP psi, psi, 2 psi; ZeRO-1 psi, psi,
+    paper's formulas, written for fp32 (psi = 4 bytes x parameters here, where the paper's psi counts
+    parameters; n ranks): DDP psi, psi, 2 psi; ZeRO-1 psi, psi,
     2 psi / n; FSDP (ZeRO-3) psi / n each (its reshard variants differ only during a step); tensor
     parallelism over t ranks splits all but the row-wise bias: split / t + bias; FSDP x TP shards that
     again over dp; HSDP shards over its second mesh dimension and replicates over the first. With `pp`
@@ -696,7 +697,8 @@ def allreduce_sweep(rank: int, world_size: int, sizes: tuple[int, ...] = SWEEP, 
 def fit_allreduce(times: dict[int, float], world_size: int = 2) -> dict[str, Any]:
     """Fit t = latency + sent / bandwidth, sent = 2 (n - 1) / n x bytes (the ring), on every other size of
     `times` (the 1st, 3rd, ...), minimising the relative error; predict the sizes left out. Returns the
-    latency (s), the bandwidth (bytes/s), and per size the prediction over the measurement."""
+    latency (s: the call's whole fixed cost, all of its ring's 2 (n - 1) steps, as one number fitted at this
+    one n), the bandwidth (bytes/s), and per size the prediction over the measurement."""
     import numpy as np
 
     if not isinstance(times, dict) or len(times) < 4:
