@@ -96,8 +96,8 @@ __all__ = [
 ]
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "resumable_train.py"
-# The communication-heavy shape of notebook 05, section 10: 32 samples per step, three 2,048-wide layers,
-# about 50 MB of gradients to all-reduce for little computation.
+# As wide as notebook 05's communication-heavy model (section 10), with a 2,048-wide output layer too: 32
+# samples per step, four 2,048 x 2,048 layers, 64 MiB of gradients to all-reduce for little computation.
 HEAVY = {"batch": 32, "width": 2048, "depth": 3}
 
 
@@ -500,7 +500,8 @@ def buffers_and_batchnorm(rank: int, world_size: int) -> dict[str, Any]:
     - `forward_sync_buffers=False` keeps them per rank; `broadcast_buffers` warns (deprecated);
     - averaging the statistics over ranks by hand gives the mean of the whole batch exactly, but not its
       variance (the spread *between* ranks is missing);
-    - `SyncBatchNorm` refuses CPU tensors."""
+    - DDP refuses a CPU module that holds `SyncBatchNorm` layers ("SyncBatchNorm layers only work with GPU
+      modules")."""
     import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -1114,6 +1115,12 @@ def pickled_by_reference(fn: Callable[..., Any], timeout: float = 120.0) -> str:
 
 
 # ----------------------------------------------------------------------------------- bench figures
+def _gradient_mib(width: int) -> float:
+    """MiB of fp32 gradients of `accumulation_timing`'s model, counted from the model itself."""
+    model = make_model(width=width, depth=HEAVY["depth"], inputs=width, outputs=width)
+    return sum(p.numel() for p in model.parameters()) * 4 / 2**20
+
+
 def no_sync_saving(k: int = 4, steps: int = 2, repeats: int = 5, width: int = HEAVY["width"]) -> Any:
     """Optimizer steps per second of `k`-step accumulation with `no_sync` over the same without it, 2 ranks
     x 1 thread on the communication-heavy model (median of `repeats` alternations): a bench figure."""
@@ -1127,7 +1134,7 @@ def no_sync_saving(k: int = 4, steps: int = 2, repeats: int = 5, width: int = HE
         ratio=times["plain"].median / times["no_sync"].median,
         limit=float(k),
         floor=1.3,
-        what=f"{k}-step accumulation, 2 ranks, {3 * width * width * 4 / 1e6:.0f} MB of gradients: "
+        what=f"{k}-step accumulation, 2 ranks, {_gradient_mib(width):.0f} MiB of gradients: "
         "steps/s with no_sync / without",
         details={
             "s_per_step_plain": times["plain"].median,

@@ -56,6 +56,14 @@ def _divide_by_two(model):  # right with 2 ranks only
         p.grad /= 2
 
 
+def _divide_by_three(model):  # right with the checker's 3 ranks only
+    import torch.distributed as dist
+
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= 3
+
+
 def _divide_only(model):
     import torch.distributed as dist
 
@@ -127,6 +135,7 @@ def _raises(model):
         (None, "write my_average_gradients"),
         (_sum_only, "the sum over ranks"),
         (_divide_by_two, "divided by 2"),
+        (_divide_by_three, "wrong with 2"),
         (_divide_only, "summed nothing"),
         (_reduce_a_copy, "still has its own gradients"),
         (_reduce_the_weights, "still has its own gradients"),

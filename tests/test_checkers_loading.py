@@ -87,8 +87,10 @@ def test_worker_init_fn_none_and_type():
         lambda n, w, k: (w * (n // k), (w + 1) * (n // k)),  # drops the remainder
         lambda n, w, k: (w * -(-n // k), (w + 1) * -(-n // k)),  # the ceiling, not clamped to n
         lambda n, w, k: (w * (n // k), (w + 1) * (n // k) + 1),  # overlapping shards
+        lambda n, w, k: (0, n) if w == 0 else (n, n),  # every item once, all on worker 0: nothing is split
+        lambda n, w, k: (w * (n // k), n if w == k - 1 else (w + 1) * (n // k)),  # the remainder all on the last
     ],
-    ids=["placeholder", "everything", "drops-remainder", "not-clamped", "overlap"],
+    ids=["placeholder", "everything", "drops-remainder", "not-clamped", "overlap", "all-on-one", "last-takes-rest"],
 )
 def test_shard_bounds_wrong_answers(fn):
     # refused by the arithmetic on fixed cases, before any loader runs: the same verdict every run
@@ -115,6 +117,16 @@ def test_shard_bounds_wrong_types_get_a_verdict(fn, reason):
 
 def test_shard_bounds_solution():
     assert verdicts(checks.shard_bounds, shard_bounds) == {"Correct:"}
+
+
+def test_shard_bounds_names_the_share_when_one_worker_takes_too_much():
+    result = repr(checks.shard_bounds(lambda n, w, k: (0, n) if w == 0 else (n, n)))
+    assert result.startswith("Not yet") and "more than its share" in result, result
+
+
+def test_shard_bounds_accepts_other_balanced_splits():
+    # floor bounds w * n // k: sizes differ by at most one, every item once (a right answer, not the course's)
+    assert verdicts(checks.shard_bounds, lambda n, w, k: (w * n // k, (w + 1) * n // k)) == {"Correct:"}
 
 
 def test_shard_bounds_needs_a_function():

@@ -13,7 +13,8 @@ from helpers.checks.core import Verdict, not_ready, verdict
 
 __all__ = ["average_gradients", "sampler_epochs"]
 
-WORLD_SIZE = 3  # not 2: a hard-coded "/ 2" must not pass for "/ dist.get_world_size()"
+WORLD_SIZE = 3  # not 2: a hard-coded "/ 2" must not pass for "/ dist.get_world_size()" (and a 2-rank rerun
+# refuses "/ 3")
 
 
 def _average_rank(rank: int, world_size: int, average: Any = None) -> dict[str, Any]:
@@ -50,30 +51,47 @@ def _average_rank(rank: int, world_size: int, average: Any = None) -> dict[str, 
     }
 
 
-def average_gradients(fn: Any) -> Verdict:
-    """Exercise: `fn(model)` turns each rank's gradients into the average over all ranks (what DDP does
-    in backward), so one step equals one process on the concatenated batch. Runs 3 forked ranks."""
-    if fn is not None and not callable(fn):
-        return verdict(False, "", f"my_average_gradients must be a function (model) -> None, not {type(fn).__name__}.")
-    if (unready := not_ready(fn, "my_average_gradients", "(model) -> None")) is not None:
-        return unready
-    from helpers.launcher import launch
+def _average_rows(fn: Any, world_size: int) -> list[dict[str, Any]] | Verdict:
+    """Each rank's `_average_rank` report from `world_size` forked ranks, or the verdict if they failed."""
+    from helpers.launcher import describe_error, launch
 
     try:
         results = launch(
-            [_average_rank], WORLD_SIZE, start_method="fork", kwargs={"_average_rank": {"average": fn}}, timeout=60
+            [_average_rank], world_size, start_method="fork", kwargs={"_average_rank": {"average": fn}}, timeout=60
         )
     except Exception as exc:  # noqa: BLE001 - a rank may die or hang on a wrong collective
-        from helpers.launcher import describe_error
-
         return verdict(
             False, "", f"the ranks failed: {describe_error(exc)}. Every rank must call the same collectives."
         )
     rows = [results[r]["_average_rank"] for r in sorted(results)]
     if any(row["error"] for row in rows):
         return verdict(False, "", f"your function raised {next(row['error'] for row in rows if row['error'])}")
+    return rows
+
+
+def average_gradients(fn: Any) -> Verdict:
+    """Exercise: `fn(model)` turns each rank's gradients into the average over all ranks (what DDP does
+    in backward), so one step equals one process on the concatenated batch. Runs 3 forked ranks, then 2
+    (a divisor typed in, "/ 3", must not pass for "/ dist.get_world_size()")."""
+    if fn is not None and not callable(fn):
+        return verdict(False, "", f"my_average_gradients must be a function (model) -> None, not {type(fn).__name__}.")
+    if (unready := not_ready(fn, "my_average_gradients", "(model) -> None")) is not None:
+        return unready
+    rows = _average_rows(fn, WORLD_SIZE)
+    if isinstance(rows, Verdict):
+        return rows
     if all(row["full"] for row in rows):
-        return verdict(True, f"all {WORLD_SIZE} ranks now hold the gradient of the full batch, as with DDP.", "")
+        again = _average_rows(fn, 2)
+        if isinstance(again, Verdict):
+            return again
+        if not all(row["full"] for row in again):
+            return verdict(
+                False, "", f"right with {WORLD_SIZE} ranks, wrong with 2: divide by dist.get_world_size(), not by "
+                "a number typed in.",
+            )  # fmt: skip
+        return verdict(
+            True, f"all {WORLD_SIZE} ranks, then 2, now hold the gradient of the full batch, as with DDP.", ""
+        )
     if all(row["sum"] for row in rows):
         return verdict(False, "", "that is the sum over ranks: divide by dist.get_world_size().")
     if all(row["sum over 2"] for row in rows):

@@ -78,7 +78,9 @@ def _epoch(loader: Any) -> list[tuple[int, int]]:
 
 
 def shard_bounds(fn: Any) -> Verdict:
-    """Exercise: `fn(n, worker_id, num_workers) -> (start, end)` must give every item to exactly one worker."""
+    """Exercise: `fn(n, worker_id, num_workers) -> (start, end)` must give every item to exactly one worker,
+    and no worker more than its share, ceil(n / num_workers) (one worker taking it all covers every item
+    once too, and shards nothing)."""
     if (
         unready := not_ready(fn, "my_shard_bounds", "(n, worker_id, num_workers) -> (start, end)", needs_fork=False)
     ) is not None:
@@ -86,6 +88,7 @@ def shard_bounds(fn: Any) -> Verdict:
     for n in (0, 1, 7, 8, 10, 33):
         for workers in (1, 2, 3, 4):
             seen: list[int] = []
+            share = -(-n // workers)  # ceil(n / workers): the most items one worker may get
             for worker in range(workers):
                 try:
                     bounds = fn(n, worker, workers)
@@ -105,6 +108,12 @@ def shard_bounds(fn: Any) -> Verdict:
                     return verdict(
                         False, "", f"fn({n}, {worker}, {workers}) returned ({start}, {end}): a range outside 0..{n}: "
                         "clamp start and end to n."
+                    )  # fmt: skip
+                if end - start > share:
+                    return verdict(
+                        False, "", f"with n={n} and {workers} workers, worker {worker} yields {end - start} items, "
+                        f"more than its share, ceil(n / num_workers) = {share}: sharding splits the work, so no "
+                        "worker may take more than that (and then each item still goes to exactly one)."
                     )  # fmt: skip
                 seen += range(start, end)
             if sorted(seen) != list(range(n)):
