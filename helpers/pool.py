@@ -772,9 +772,9 @@ def seeded_draws(
     """Draw random numbers from torch's, NumPy's and Python's global generators in pool workers, with or
     without an initializer that seeds each worker. After fork every worker starts from a copy of this
     process's torch and NumPy state, so without an initializer they repeat each other (NumPy 2.4 seeds
-    its global generator at its first use: workers repeat once the parent has drawn from it, which this
-    function does first); Python's `random` reseeds itself in every forked child (`os.register_at_fork`
-    in `random.py`)."""
+    its global generator when `numpy.random` is imported: forked workers repeat once the parent has
+    imported it, which this function's first draw does); Python's `random` reseeds itself in every
+    forked child (`os.register_at_fork` in `random.py`)."""
     import numpy as np
     import torch
 

@@ -38,6 +38,37 @@ def _no_standardising(x, y):
     return x.view(len(x), capstone.READINGS, capstone.FEATURES).mean(1), y
 
 
+_POOL: dict[str, object] = {}
+
+
+def _slow_rows(chunk):
+    return capstone.slow_prepare(chunk, chunk[:, 0])[0]
+
+
+def _in_a_pool(x, y):
+    """The same slow rows, computed by a Pool of 2 forked processes: the main process's CPU falls, the work
+    does not (it moved)."""
+    if "pool" not in _POOL:
+        import multiprocessing as mp
+
+        _POOL["pool"] = mp.get_context("fork").Pool(2, initializer=torch.set_num_threads, initargs=(1,))
+    return torch.cat(_POOL["pool"].map(_slow_rows, x.split(len(x) // 2 or 1))), y
+
+
+@pytest.fixture
+def pool_closed():
+    yield
+    pool = _POOL.pop("pool", None)
+    if pool is not None:
+        pool.terminate()
+        pool.join()
+
+
+def test_second_job_checker_refuses_work_moved_to_other_processes(pool_closed):
+    job = capstone.SecondJob(prepare=_in_a_pool)
+    _assert_all(_verdicts(checks.second_job, job, runs=5, **SMALL), False, "other processes")
+
+
 def _verdicts(check, answer, runs=RUNS, **kwargs):
     return [check(answer, **kwargs) for _ in range(runs)]
 

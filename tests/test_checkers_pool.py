@@ -85,6 +85,30 @@ def _apply_async_in_order(pool, items, bar):  # another way to the same goal: ac
     return results
 
 
+def _one_at_a_time(pool, items, bar):  # input order, a bar that streams, but the second worker never works
+    results = []
+    for x in items:
+        results.append(pool.apply_async(F, (x,)).get(60))
+        bar.update(1)
+    return results
+
+
+def _map_per_item(pool, items, bar):  # the same, one map call per item
+    results = []
+    for x in items:
+        results += pool.map(F, [x])
+        bar.update(1)
+    return results
+
+
+def _apply_per_item(pool, items, bar):  # the same with the blocking apply
+    results = []
+    for x in items:
+        results.append(pool.apply(F, (x,)))
+        bar.update(1)
+    return results
+
+
 def _generator(pool, items, bar):  # yields instead of returning a list: the checker runs it in time
     for result in pool.imap(F, items):
         bar.update(1)
@@ -106,6 +130,9 @@ def _generator(pool, items, bar):  # yields instead of returning a list: the che
         (_map_async_then_count, "all at once", TIMED),
         (_bar_ahead, "before they had arrived", TIMES_DETERMINISTIC),
         (_unordered, "input order", TIMED),
+        (_one_at_a_time, "never had two of your tasks", TIMES_DETERMINISTIC),
+        (_map_per_item, "never had two of your tasks", TIMES_DETERMINISTIC),
+        (_apply_per_item, "never had two of your tasks", TIMES_DETERMINISTIC),
         (lambda pool, items, bar: None, "return the list", TIMES_DETERMINISTIC),
         (lambda pool, items, bar: 1 / 0, "raised ZeroDivisionError", TIMES_DETERMINISTIC),
     ],

@@ -11,6 +11,7 @@ from helpers.checks.core import Verdict, verdict
 __all__ = ["batch_lr", "second_job", "SPEEDUP", "RULE_TOLERANCE"]
 
 SPEEDUP = 3.0  # the exercise's required speed-up of the main process's CPU time
+MOVED = 0.25  # CPU of other processes (DataLoader workers aside) above this share of the original's: work moved
 BATCH = 32  # exercise 1's batch size (the original's is capstone.ORIGINAL.batch_size)
 RULE_TOLERANCE = 1.5  # exercise 1 accepts a learning rate within this factor of the linearly scaled one
 
@@ -121,6 +122,13 @@ def second_job(job: Any, samples: int = 2048, n: int = 1024, repeats: int = 2) -
     accuracy, reference = mine[0].accuracy, base[0].accuracy
     if accuracy < reference - 2.0:
         return verdict(False, "", f"accuracy {accuracy:.1f}% against the original's {reference:.1f}%.")
+    moved = min(r.others_cpu for r in mine)
+    if moved > MOVED * min(r.cpu for r in base):
+        return verdict(
+            False, "", f"other processes did {moved:.2f} s of CPU work for your prepare (the original's whole "
+            f"main-process CPU: {min(r.cpu for r in base):.2f} s): handing the work to a pool moves it, it does "
+            "not make it smaller. Make prepare itself cheaper: one tensor operation on the whole batch.",
+        )  # fmt: skip
     ratio = min(r.cpu for r in base) / min(r.cpu for r in mine)
     if ratio < SPEEDUP:
         if job.prepare is capstone.slow_prepare:

@@ -33,10 +33,21 @@ def threads_per_process(fn: Callable[[int, int], Any]) -> Verdict:
     return verdict(True, "processes x threads never exceeds the cores, and every process gets >= 1.", "")
 
 
-def fork_safe_settings(start_method: Any, threads: Any, timeout: float = 3.0) -> Verdict:
+FORK_DEADLINE = 3.0  # a forked child starts at once: 3 s to sum 4 million ones is a hang
+FRESH_DEADLINE = 60.0  # a spawn or forkserver child first imports torch, seconds on a busy laptop
+
+
+def fork_safe_settings(start_method: Any, threads: Any, timeout: float | None = None) -> Verdict:
     """Exercise: pick a start method and thread count so `parallel_sum` runs with >= 2 threads, without
-    asking for more threads than this machine's usable cores (section 7's lesson)."""
+    asking for more threads than this machine's usable cores (section 7's lesson).
+
+    The checker first runs one parallel op in this process, as the exercise says the kernel has done, so
+    that a forked child inherits OpenMP's state whatever ran before (a restarted kernel has run none, and
+    fork would then pass by luck). The deadline (`timeout`, default by start method) lets a fresh
+    interpreter import torch: a spawn child must not be called hung because it started slowly."""
     import multiprocessing as mp
+
+    import torch
 
     from helpers import orientation, watchdog
     from helpers.environment import usable_cores
@@ -58,6 +69,13 @@ def fork_safe_settings(start_method: Any, threads: Any, timeout: float = 3.0) ->
             False, "", f"{threads} threads on {cores} usable cores oversubscribes them (section 7): the threads "
             "take turns and spin. Use at least 2 and at most the usable cores."
         )  # fmt: skip
+    before = torch.get_num_threads()
+    try:
+        orientation.parallel_sum(threads)  # this process's OpenMP pool now has `threads` threads
+    finally:
+        torch.set_num_threads(before)
+    if timeout is None:
+        timeout = FORK_DEADLINE if start_method == "fork" else FRESH_DEADLINE
     outcome = watchdog.run(orientation.parallel_sum, threads, timeout=timeout, start_method=start_method)
     if outcome.status == "hung":
         return verdict(False, "", f"the child {outcome}. Which start method does not copy OpenMP's state?")

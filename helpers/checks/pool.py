@@ -15,6 +15,7 @@ __all__ = ["imap_pipeline", "chunksize_choice"]
 PIPELINE_ITEMS = [0, 1, 2, 3, 0, 1]
 _TOLERANCE = 1.25  # within 25% of the best chunksize counts as a good choice
 _STREAMED = 0.5  # the bar must have moved before this share of the run had passed
+_MANY = ("map", "starmap", "imap", "imap_unordered", "map_async", "starmap_async")  # methods taking many tasks
 
 
 class _Recorder:
@@ -26,10 +27,16 @@ class _Recorder:
         self.t0 = time.monotonic()
         self.results: list[float] = []  # when each result reached the learner's code
         self.updates: list[tuple[float, Any]] = []  # (when, n) of each bar.update(n)
+        self.sent = 0  # tasks handed to the pool
+        self.most_in_flight = 0  # the most tasks handed out and not yet received, at any moment
 
     def _got(self, n: int) -> None:
         now = time.monotonic() - self.t0
         self.results.extend([now] * n)
+
+    def _sent(self, n: int) -> None:
+        self.sent += n
+        self.most_in_flight = max(self.most_in_flight, self.sent - len(self.results))
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._pool, name)
@@ -37,11 +44,21 @@ class _Recorder:
             return method
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            if name in _MANY and len(args) >= 2:
+                args = (args[0], list(args[1]), *args[2:])  # counted here, handed on whole
+                self._sent(len(args[1]))
+            elif name in _MANY and "iterable" in kwargs:
+                kwargs["iterable"] = list(kwargs["iterable"])
+                self._sent(len(kwargs["iterable"]))
+            elif name in ("apply", "apply_async"):
+                self._sent(1)
             answer = method(*args, **kwargs)
             if name in ("imap", "imap_unordered"):
                 return self._watch(answer)
             if name in ("map", "starmap"):
                 self._got(len(answer))
+            if name == "apply":
+                self._got(1)
             if name in ("apply_async", "map_async", "starmap_async"):
                 return _WatchedResult(answer, self, several=name != "apply_async")
             return answer
@@ -85,7 +102,8 @@ def _ahead(recorder: _Recorder) -> bool:
 def imap_pipeline(fn: Any) -> Verdict:
     """Exercise: `fn(pool, items, bar)` returns `delayed_square` of every item, in input order, and the bar
     moves while the pool works: one update of 1 per result, each after that result has arrived, the first
-    of them while most of the run is still to come (measured against the time the whole call took)."""
+    of them while most of the run is still to come (measured against the time the whole call took), and
+    the pool's workers work side by side (at some moment two tasks were handed out and not yet back)."""
     if fn is not None and not callable(fn):
         return verdict(False, "", f"my_pipeline must be a function (pool, items, bar) -> results, not a "
                        f"{type(fn).__name__}.")  # fmt: skip
@@ -126,6 +144,12 @@ def imap_pipeline(fn: Any) -> Verdict:
     if _ahead(recorder):
         return verdict(False, "", "the bar counted results before they had arrived: update it after you "
                        "receive each result, so it shows the work done.")  # fmt: skip
+    if recorder.most_in_flight < 2:
+        return verdict(
+            False, "", "the pool never had two of your tasks at once: each was sent only after the previous "
+            "result came back, so one worker worked and the other waited. Hand the pool every item first "
+            "(pool.imap), then take the results as they come.",
+        )  # fmt: skip
     first = recorder.updates[0][0]
     if first > _STREAMED * elapsed:
         return verdict(
