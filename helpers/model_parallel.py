@@ -611,6 +611,7 @@ def bubble_reading(
     unequal stages); the difference, whatever its size, is printed and named: above it, the time no stage
     computed (sends, the schedule's own Python, waiting for a core); below it, spans that also counted time
     spent waiting for a core. `load` is `timing.measure_load`'s result: a busy machine is said to be one."""
+    equal = expected is None  # the formula assumes equal stages; a FLOP model also counts unequal ones
     if expected is None:
         expected = bubble_formula(stages, microbatches)
     elif isinstance(expected, bool) or not isinstance(expected, (int, float)) or not 0 <= expected < 1:
@@ -624,13 +625,14 @@ def bubble_reading(
         head += f" (median of {len(shares)} steps, {min(shares):.2f}-{max(shares):.2f})"
     head += f", {label} = {expected:.2f}"
     gap = value - expected
+    counted = "the fill and drain of the pipe" if equal else "the fill and drain of the pipe and its unequal stages"
     if abs(gap) <= BUBBLE_MATCH:
-        why = f"matches it (within {BUBBLE_MATCH}): the fill and drain of the pipe is what stood idle"
+        why = f"matches it (within {BUBBLE_MATCH}): what stood idle is {counted}"
     elif gap > 0:
         why = (
-            f"above it by {gap:.2f} of the step ({value / expected:.1f}x): the model counts {expected:.2f} for the"
-            f" fill and drain, the other {gap:.2f} is idle time it leaves out (sends between the stages, the"
-            " schedule's own Python, waiting for a core, and stages of unequal work if the model assumes equal)"
+            f"above it by {gap:.2f} of the step ({value / expected:.1f}x): the model counts {expected:.2f} for"
+            f" {counted}, the other {gap:.2f} is idle time it leaves out (sends between the stages, the"
+            " schedule's own Python, waiting for a core" + (", and stages of unequal work)" if equal else ")")
             if expected
             else f"above it by {gap:.2f} of the step: time no stage computed"
         )
