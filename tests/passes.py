@@ -271,6 +271,7 @@ SHARED_PROCESS = (
     "test_kernel.py",
     "test_lab_check.py",
     "test_lint.py",
+    "test_machine_speed.py",
     "test_main_path.py",
     "test_notebooks.py",
     "test_passes.py",

@@ -2,22 +2,22 @@
 
 Deadlines: the pure-Python scripts reach their hang in well under a second, so 2 s is enough. The
 torch scripts first import torch, which takes seconds on a busy machine; their deadline is a multiple
-of this machine's measured import time, so that a loaded machine does not kill them before they hang.
+of this machine's import time as busy as it is when the test starts (tests/machine_speed.py), so that a
+loaded machine does not kill them before they hang.
 The suite's conftest checks that nothing is left running and nothing new is left in /dev/shm.
 """
 
 from __future__ import annotations
 
-import functools
 import multiprocessing as mp
 import os
 import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import machine_speed
 import pytest
 
 from helpers.diagnose import deaths, patterns
@@ -46,15 +46,8 @@ def diagnose(
     )
 
 
-@functools.lru_cache(maxsize=1)
-def torch_import_seconds() -> float:
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import torch"], check=True, timeout=120)
-    return time.monotonic() - started
-
-
 def torch_deadline(factor: float = 2.5) -> float:
-    return round(factor * torch_import_seconds() + 2.0, 1)
+    return machine_speed.torch_deadline(factor)
 
 
 def report(done: subprocess.CompletedProcess) -> str:

@@ -9,7 +9,8 @@ Expect is `nothing` (the script ends well and diagnose says nothing), `not hung`
 script is slow, not hung), or phrases joined by `&&`: the first must be in the cause line (the cause is
 named there, not only in advice), the others anywhere in the verdict (cause, evidence, fix, read, and the
 Flight Recorder's line); a phrase starting with `!` must not appear in the cause line. Timeout is seconds, or
-`torch F`: F times this machine's `import torch` time plus 2 s (a loaded machine imports slowly).
+`torch F`: F times this machine's `import torch` time as busy as the machine is when the case starts, plus
+2 s (see tests/machine_speed.py).
 
 `python tests/diagnose_corpus/corpus.py [--root DIR]` runs every case and prints the score table of the
 README (with `--root`, under the helpers of another checkout, e.g. `git archive` of an older commit).
@@ -30,6 +31,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+if str(HERE.parent) not in sys.path:  # run as a script, or loaded by path from the tests
+    sys.path.insert(0, str(HERE.parent))
+
+import machine_speed  # noqa: E402 - needs the path above
+
 _KEY = re.compile(r"^([A-Z][a-z]+): ?(.*)$")
 _VERDICT_START = ("most likely cause:", "what happened:")
 _GENERIC = ("most likely cause: unknown", "exited with code")
@@ -52,7 +58,7 @@ class Case:
     def timeout(self) -> float:
         value = self.fields.get("Timeout", "10")
         if value.startswith("torch"):
-            return round(float(value.split()[1]) * torch_import_seconds() + 2.0, 1)
+            return machine_speed.torch_deadline(float(value.split()[1]))
         return float(value)
 
 
@@ -111,15 +117,8 @@ def cases() -> list[Case]:
     return found
 
 
-@functools.lru_cache(maxsize=1)
-def torch_import_seconds() -> float:
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import torch"], check=True, timeout=120)
-    return time.monotonic() - started
-
-
-def command(case: Case) -> list[str]:
-    inner = [sys.executable, "-m", "helpers.diagnose", "--timeout", str(case.timeout()), "--"]
+def command(case: Case, timeout: float) -> list[str]:
+    inner = [sys.executable, "-m", "helpers.diagnose", "--timeout", str(timeout), "--"]
     inner += [sys.executable, str(case.path)]
     if case.fields.get("Wrap") == "shm":
         shell = 'mount -t tmpfs -o size=16m tmpfs /dev/shm && exec "$@"'
@@ -151,12 +150,13 @@ def can_run(case: Case) -> str:
 
 def run(case: Case, root: Path = ROOT) -> Outcome:
     """Run one case under the `helpers.diagnose` found in `root` (another checkout scores an older diagnose)."""
+    deadline = case.timeout()  # read once: it follows the machine's load
     started = time.monotonic()
     done = subprocess.run(
-        command(case),
+        command(case, deadline),
         capture_output=True,
         text=True,
-        timeout=case.timeout() + 90,
+        timeout=deadline + 90,
         cwd=root,
         stdin=subprocess.DEVNULL,
     )
