@@ -34,6 +34,7 @@ from tqdm import tqdm
 from helpers import capstone, ddp_practice, model_parallel, orientation, scale
 from helpers.environment import default_start_method, usable_cores
 from helpers.errors import short_error
+from helpers.threads import torch_threads
 from helpers.timing import Figure, cores_given, measure_load
 
 __all__ = [
@@ -158,7 +159,6 @@ def dataloader_cpu(work: int = 40_000, batch_size: int = 8, batches: int = 40, r
     from helpers.timing import measure_load
 
     cores = usable_cores()
-    threads = torch.get_num_threads()
     model = torch.nn.Linear(8, 1)
     step = _light_step(model, torch.optim.SGD(model.parameters(), lr=0.01))
     # The limit is the core count: with or without workers every sample costs the same CPU (its Python
@@ -167,24 +167,21 @@ def dataloader_cpu(work: int = 40_000, batch_size: int = 8, batches: int = 40, r
     # prefetched batches inside the window; measure_throughput now times each worker from its samples'
     # own start and end stamps (see its docstring).
     n = (batches + 2 * cores) * batch_size
+    counts = range(cores + 1)
     with measure_load() as load:
-        try:
-            torch.set_num_threads(1)
+        with torch_threads(1):
             python_ds = loading.BusyDataset(n=n, work=work)
             # One run lasts a fraction of a second and can be 15 % off on an idle machine (once 1.34 of a
             # possible 2, under the floor): every worker count takes turns in each round, and each counts
             # with its median round.
-            counts = range(cores + 1)
             results = _by_workers(
                 loading.sweep(python_ds, counts, batch_size, step=step, progress=False, rounds=rounds)
             )
-            torch.set_num_threads(threads)  # torch-op augmentation: the main process gets every core
-            torch_ds = loading.TorchAugmentDataset(n=n)
-            torch_results = _by_workers(
-                loading.sweep(torch_ds, counts, batch_size, step=step, progress=False, rounds=rounds)
-            )
-        finally:
-            torch.set_num_threads(threads)
+        # torch-op augmentation: the main process keeps the caller's count (every core by default)
+        torch_ds = loading.TorchAugmentDataset(n=n)
+        torch_results = _by_workers(
+            loading.sweep(torch_ds, counts, batch_size, step=step, progress=False, rounds=rounds)
+        )
     best = max(range(1, cores + 1), key=lambda k: results[k].samples_per_s)
     torch_best = max(range(1, cores + 1), key=lambda k: torch_results[k].samples_per_s)
     # Torch-op augmentation has no floor: how much workers add depends on how well the ops split over

@@ -29,7 +29,7 @@ import struct
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -41,6 +41,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from helpers.environment import default_start_method, usable_cores
 from helpers.errors import captured_stderr
+from helpers.threads import torch_threads
 from helpers.validate import non_negative, positive_int
 
 __all__ = [
@@ -277,15 +278,9 @@ def _warning_line(message: str) -> str:
     return re.sub(r"\d+", "N", str(message).strip().split(". ")[0])
 
 
-@contextlib.contextmanager
-def _threads(n: int) -> Iterator[None]:
-    """Run the block with torch at `n` threads (0: all usable cores), and restore the caller's count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n or usable_cores())
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+def _threads(n: int) -> contextlib.AbstractContextManager[None]:
+    """torch at `n` threads for a block (0: one per usable core, the job's default), then the caller's count."""
+    return torch_threads(n or usable_cores())
 
 
 def train(config: Config = ORIGINAL, progress: Callable[[int], None] | None = None) -> Run:

@@ -27,6 +27,7 @@ from torch.nn import functional as F
 from helpers import timing
 from helpers.environment import default_start_method, usable_cores
 from helpers.processes import running
+from helpers.threads import torch_threads
 from helpers.validate import positive_int
 
 __all__ = [
@@ -492,10 +493,9 @@ def in_this_process(
     counter, stop, barrier = ctx.Value("l", 0), ctx.Event(), ctx.Barrier(1)
     log = torch.full((1, config.steps), math.nan)
     spans = torch.full((1, config.steps, 2), math.nan, dtype=torch.float64)
-    threads = torch.get_num_threads()
     timer = threading.Timer(time_limit, stop.set) if time_limit is not None else None
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), torch_threads():  # train_worker sets its own count
             if timer is not None:
                 timer.start()
             train_worker(0, model, task, config, counter, stop, barrier, log, spans)
@@ -503,7 +503,6 @@ def in_this_process(
     finally:
         if timer is not None:
             timer.cancel()
-        torch.set_num_threads(threads)
         del counter, stop, barrier
         gc.collect()
     steps = [int((~torch.isnan(log[0])).sum())]

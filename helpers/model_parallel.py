@@ -30,6 +30,7 @@ from torch import nn
 
 from helpers import launcher
 from helpers.environment import default_start_method
+from helpers.threads import torch_threads
 from helpers.validate import positive_int
 
 __all__ = [
@@ -1248,18 +1249,14 @@ def _time_single(microbatches: int, repeats: int, threads: int = 1, layers: int 
     micro-batch, in this process at `threads` torch threads (restored afterwards)."""
     model, _ = _pipe_model(widths=[PIPE["width"]] * (layers + 1))
     x, y = data(PIPE["microbatch"] * microbatches, PIPE["width"], PIPE["width"])
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
     times = []
-    try:
+    with torch_threads(threads):
         for _ in range(repeats + 1):
             model.zero_grad()
             start = time.perf_counter()
             for xs, ys in zip(x.chunk(microbatches), y.chunk(microbatches), strict=True):
                 (nn.functional.mse_loss(model(xs), ys) / microbatches).backward()
             times.append(time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(before)
     return times[1:]  # the first is a warm-up
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from helpers.environment import default_context
 from helpers.errors import clean, error_line, short_error
+from helpers.threads import torch_threads
 from helpers.validate import non_negative, positive_int
 
 __all__ = [
@@ -655,21 +656,16 @@ def backward_then_fork(backward_in_parent: bool = True) -> dict[str, Any]:
     result says so rather than failing. Run it under the watchdog (it forks, and torch must be
     single-threaded in a forked child of the kernel).
     """
-    import torch
 
     if not isinstance(backward_in_parent, bool):
         raise TypeError(f"backward_in_parent must be a bool, got {type(backward_in_parent).__name__}")
     if "fork" not in mp.get_all_start_methods():
         raise RuntimeError("backward_then_fork needs the fork start method (Linux or macOS)")
     predicted = autograd_device_threads(accelerator_device_counts())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # so that no OpenMP thread is counted as the engine's
-    try:
+    with torch_threads(1):  # so that no OpenMP thread is counted as the engine's
         threads_before = _os_threads()
         parent = _backward() if backward_in_parent else None
         threads_after = _os_threads()
-    finally:
-        torch.set_num_threads(threads)
     ctx = mp.get_context("fork")
     results = ctx.SimpleQueue()
     child = ctx.Process(target=_backward_in_child, args=(results,))

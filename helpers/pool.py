@@ -34,6 +34,7 @@ from helpers.processes import (
     remove_error_files,
     running,
 )
+from helpers.threads import torch_threads
 from helpers.validate import non_negative, positive_int
 
 if TYPE_CHECKING:
@@ -510,15 +511,14 @@ def collect_and_train(
     counter = ctx.Value("i", 0)
     state = (model, log, combined, counter, kind, delay, lr)
     if way == "loop":
-        threads = torch.get_num_threads()
         try:
-            _init_collector(*state)  # one thread here too: the workers get one each
-            t0 = time.perf_counter()
-            for task in range(tasks):
-                _collect_step(task)
-            seconds, startup = time.perf_counter() - t0, 0.0
+            with torch_threads():  # _init_collector sets one thread here too: the workers get one each
+                _init_collector(*state)
+                t0 = time.perf_counter()
+                for task in range(tasks):
+                    _collect_step(task)
+                seconds, startup = time.perf_counter() - t0, 0.0
         finally:
-            torch.set_num_threads(threads)
             _STATE.clear()
     elif way == "pool":
         with _started_pool(workers, start_method, _init_collector, state) as (pool, startup):

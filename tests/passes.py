@@ -280,6 +280,7 @@ SHARED_PROCESS = (
     "test_setup.py",
     "test_site.py",
     "test_student.py",
+    "test_threads.py",
     "test_timing.py",
     "test_validate.py",
 )

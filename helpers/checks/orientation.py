@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from helpers.checks.core import Verdict, verdict
+from helpers.threads import torch_threads
 
 __all__ = ["threads_per_process", "fork_safe_settings", "main_guard_script"]
 
@@ -47,8 +48,6 @@ def fork_safe_settings(start_method: Any, threads: Any, timeout: float | None = 
     interpreter import torch: a spawn child must not be called hung because it started slowly."""
     import multiprocessing as mp
 
-    import torch
-
     from helpers import orientation, watchdog
     from helpers.environment import usable_cores
 
@@ -69,11 +68,8 @@ def fork_safe_settings(start_method: Any, threads: Any, timeout: float | None = 
             False, "", f"{threads} threads on {cores} usable cores oversubscribes them (section 7): the threads "
             "take turns and spin. Use at least 2 and at most the usable cores."
         )  # fmt: skip
-    before = torch.get_num_threads()
-    try:
+    with torch_threads():
         orientation.parallel_sum(threads)  # this process's OpenMP pool now has `threads` threads
-    finally:
-        torch.set_num_threads(before)
     if timeout is None:
         timeout = FORK_DEADLINE if start_method == "fork" else FRESH_DEADLINE
     outcome = watchdog.run(orientation.parallel_sum, threads, timeout=timeout, start_method=start_method)
