@@ -239,3 +239,10 @@ def test_main_guard_script_other_answers():
     assert not checks.main_guard_script("", timeout=5)
     assert not checks.main_guard_script(None, timeout=5)
     assert not checks.main_guard_script("raise SystemExit(2)", timeout=5)
+
+
+def test_fork_safe_settings_has_an_answer_on_one_usable_core(monkeypatch):
+    # a laptop VM or a container with one core: 2 threads are allowed (the exercise needs 2), 3 are not
+    monkeypatch.setattr("helpers.environment.usable_cores", lambda: 1)
+    assert "at most 2" in repr(checks.fork_safe_settings("spawn", 3))
+    assert repr(checks.fork_safe_settings("spawn", 2)).startswith("Correct:")
