@@ -38,9 +38,10 @@ class Output:
 
 # torch 2.13 with gloo can abort a rank *after* its script has returned: a gloo worker thread frees a
 # collective started in a backward pass (it holds a Python object) once the interpreter's teardown has begun
-# (the mechanism, from core dumps: `exit_without_teardown` in helpers/scripts/__init__.py;
-# pytorch/pytorch#190489). It happened in 5 of 130 runs of 05's example with both cores kept busy by other
-# processes, never in an idle run of the tests. Such a run is skipped with its reason, not passed.
+# (the mechanism, from core dumps: `exit_without_teardown` in helpers/scripts/__init__.py; the same abort for
+# a group never destroyed: pytorch/pytorch#190489). It happened in 5 of 130 runs of 05's example with both
+# cores kept busy by other processes, never in an idle run of the tests. Such a run is skipped with its
+# reason, not passed.
 _ABORT_AT_EXIT = "terminate called without an active exception\nFatal Python error: Aborted\n"
 _THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):\n(.*)$", re.MULTILINE)
 
@@ -156,7 +157,7 @@ def run(name: str, *args: str, timeout: float = 300.0, nproc: int | None = None,
     if proc.returncode != 0 and aborted:
         pytest.skip(  # not a pass: torch aborted a rank as it exited, and torchrun stopped the others
             f"torch 2.13 aborted rank(s) {aborted} of {name} after the script had returned "
-            "(pytorch/pytorch#190489); the other ranks' last output may be lost, so nothing is checked"
+            "(as in pytorch/pytorch#190489); the other ranks' last output may be lost, so nothing is checked"
         )
     assert proc.returncode == 0, shown
     return output

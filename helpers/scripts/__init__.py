@@ -13,12 +13,12 @@ def exit_without_teardown() -> None:
     running after `destroy_process_group()` (see /proc/self/task), sometimes free the last copy after the
     interpreter has begun to exit; releasing the object needs the GIL, Python ends the thread inside a C++
     destructor, and the rank aborts ("terminate called without an active exception", SIGABRT; a core dump:
-    ~AsyncBarrierWork -> ~AsyncAllreduceWork -> ~ThreadLocalState -> take_gil -> PyThread_exit_thread;
-    pytorch/pytorch#190489). It happened on busy machines only. torchrun then reports a job that did all
-    its work as failed, and the other ranks wait for it. `os._exit` skips atexit handlers and buffered
-    logs, so a script calls this only after every result is written and closed; the streams are flushed
-    here. A job that does not meet the abort ends normally instead (`destroy_process_group()` in a
-    `finally`, then return).
+    ~AsyncBarrierWork -> ~AsyncAllreduceWork -> ~ThreadLocalState -> take_gil -> PyThread_exit_thread; the
+    same abort for a group never destroyed: pytorch/pytorch#190489). It happened on busy machines only.
+    torchrun then reports a job that did all its work as failed, and the other ranks wait for it. `os._exit`
+    skips atexit handlers and buffered logs, so a script calls this only after every result is written and
+    closed; the streams are flushed here. A job that does not meet the abort ends normally instead
+    (`destroy_process_group()` in a `finally`, then return).
     """
     sys.stdout.flush()
     sys.stderr.flush()
