@@ -34,6 +34,7 @@ from helpers import launcher as _launcher
 from helpers.distributed import make_model
 from helpers.environment import default_start_method
 from helpers.errors import captured_stderr, clean, error_line, short_error
+from helpers.flight_records import FR_FIELDS, side_by_side
 from helpers.validate import non_negative, positive_int
 
 __all__ = [
@@ -695,9 +696,6 @@ def lonely_rank(timeout: float = 2.0) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ 7. the Flight Recorder
-FR_FIELDS = ("collective_seq_id", "profiling_name", "input_sizes")
-
-
 def desync(rank: int, world_size: int, steps: int = 4, every: int = 2, timeout: float = 2.0) -> dict[str, Any]:
     """A training loop with a rank-dependent bug, on a group of its own with a `timeout`-second limit.
     Every step all-reduces 8 gradients; every `every` steps rank 0 broadcasts a stop flag of 2 numbers.
@@ -742,26 +740,6 @@ def flight_records(timeout: float = 2.0, steps: int = 4, every: int = 2) -> dict
     }
     results = launch([desync], 2, env={"TORCH_FR_BUFFER_SIZE": "100"}, kwargs=options, timeout=60, failures="report")
     return {rank: results[rank]["desync"] for rank in sorted(results)}
-
-
-def side_by_side(results: dict[int, dict[str, Any]]) -> list[str]:
-    """The ranks' records as rows: sequence number, then each rank's operation and input sizes, and
-    whether they match. A rank with fewer records never reached that collective."""
-    ranks = sorted(results)
-    longest = max(len(results[r]["records"]) for r in ranks)
-    rows = ["seq  " + "".join(f"rank {r:<22}" for r in ranks) + "same?"]
-    for i in range(longest):
-        cells = []
-        for r in ranks:
-            records = results[r]["records"]
-            if i < len(records):
-                e = records[i]
-                cells.append(f"{e['profiling_name'].split(':')[-1]} {e['input_sizes']}")
-            else:
-                cells.append("(never reached)")
-        seq = next(results[r]["records"][i]["collective_seq_id"] for r in ranks if i < len(results[r]["records"]))
-        rows.append(f"{seq:<5}" + "".join(f"{c:<27}" for c in cells) + str(len(set(cells)) == 1))
-    return rows
 
 
 def fr_trace(results: dict[int, dict[str, Any]], timeout: float = 60.0) -> list[str]:

@@ -205,7 +205,6 @@ def _supervise(command, timeout, use_spy, folder, private_tmp, shm_before, stop,
         code = run_.proc.poll()  # it may have ended just at the deadline
     shown = shlex.join(command)
     if code is not None:
-        collectives.prefetch(folder)  # while the rest of the tree settles
         procs = stacks.describe([p for p in run_.processes()])
         listening = tree.listening(run_)  # before the rest of the tree is ended: who holds which port
         left = tree.settle(run_, shm_before)

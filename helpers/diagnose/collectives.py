@@ -11,8 +11,7 @@ that makes a process group, writes `fr-ready-<pid>.txt` and starts a thread that
 FIFO; diagnose opens it at the deadline (or as soon as one rank of the job has ended, before its launcher
 ends the others), every rank writes `fr-<pid>-rank<r>.pkl` (torch's own dump, `_dump_fr_trace`), and
 the ranks that exit through Python write it on their way out. Reading the records as rows, one per
-sequence number, is notebook 07's `side_by_side` (imported only when there is a difference to show:
-that module imports torch, which takes seconds).
+sequence number, is notebook 07's `side_by_side` (helpers/flight_records.py, which imports no torch).
 """
 
 from __future__ import annotations
@@ -22,8 +21,6 @@ import errno
 import os
 import pickle
 import re
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,28 +108,6 @@ def collect(folder: Path, wait: float = 5.0) -> None:
     each one's dump. Never raises: the stacks come next, whatever happens here."""
     with contextlib.suppress(OSError, psutil.Error):
         _collect(folder, wait)
-    prefetch(folder)
-
-
-def prefetch(folder: Path) -> None:
-    """Import notebook 07's reader (it imports torch: seconds) in a thread while diagnose does other work,
-    when the records differ (there will be a table); the command has ended or hangs by now, so this takes
-    no CPU from it. Never raises."""
-    try:
-        expected = ready(folder)
-        if not expected or "helpers.ddp_practice" in sys.modules:
-            return
-        by_rank = _by_rank(expected, read(folder)[0])
-        if len(by_rank) < 2 or first_difference(by_rank) is None:
-            return  # no table to show
-    except Exception:  # noqa: BLE001 - verdict() says what is wrong, later
-        return
-
-    def load() -> None:
-        with contextlib.suppress(Exception):
-            import helpers.ddp_practice  # noqa: F401
-
-    threading.Thread(target=load, name="import-ddp-practice", daemon=True).start()
 
 
 def _collect(folder: Path, wait: float) -> None:
@@ -266,7 +241,7 @@ def _sentence(diff: Difference) -> str:
 
 
 def _table(diff: Difference) -> list[str]:
-    from helpers.ddp_practice import FR_FIELDS, side_by_side  # notebook 07's reading of the records
+    from helpers.flight_records import FR_FIELDS, side_by_side  # notebook 07's reading of the records
 
     results = {
         rank: {"records": [{k: e.get(k) for k in FR_FIELDS} for e in entries]} for rank, entries in diff.window.items()
