@@ -34,6 +34,7 @@ __all__ = [
     "Spread",
     "spread",
     "DISTURBED_CORES",
+    "tree_cpu",
 ]
 
 # Other processes using this many cores' worth of CPU (or more) during a run make it "disturbed": on a
@@ -50,11 +51,17 @@ def _busy_core_seconds() -> float:
     return sum(t) - idle - guest
 
 
-def _own_core_seconds() -> float:
-    """CPU time of this process and every live descendant, including the children they have reaped."""
+def tree_cpu(pid: int | None = None) -> float:
+    """CPU seconds of a process (this one by default) and every live descendant, including the children
+    they have reaped; 0.0 for a process that has ended. The notebook audit counts a kernel's cells with it,
+    and the load probe subtracts our own tree from the machine's."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
     total = 0.0
-    me = psutil.Process()
-    for proc in [me, *me.children(recursive=True)]:
+    for proc in procs:
         try:
             t = proc.cpu_times()
         except psutil.Error:  # ended between listing and reading: its time arrives with its reaper
@@ -64,7 +71,7 @@ def _own_core_seconds() -> float:
 
 
 def _snapshot() -> tuple[float, float, float]:
-    return time.monotonic(), _busy_core_seconds(), _own_core_seconds()
+    return time.monotonic(), _busy_core_seconds(), tree_cpu()
 
 
 def _others_between(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:

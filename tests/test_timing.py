@@ -16,7 +16,7 @@ def _spin(seconds: float) -> None:
 def test_own_work_does_not_count_as_load(monkeypatch):
     """With the machine's busy time made equal to our own tree's, what is left for 'others' is nothing,
     however long we spin (the real machine is shared, so its busy time cannot be asserted on)."""
-    monkeypatch.setattr(timing, "_busy_core_seconds", timing._own_core_seconds)
+    monkeypatch.setattr(timing, "_busy_core_seconds", timing.tree_cpu)
     with timing.measure_load(probe=0.1) as meter:
         _spin(0.5)
     load = meter.result
@@ -27,7 +27,7 @@ def test_own_work_does_not_count_as_load(monkeypatch):
 
 def test_others_are_the_machine_minus_our_tree(monkeypatch):
     t0 = time.monotonic()
-    monkeypatch.setattr(timing, "_busy_core_seconds", lambda: timing._own_core_seconds() + (time.monotonic() - t0))
+    monkeypatch.setattr(timing, "_busy_core_seconds", lambda: timing.tree_cpu() + (time.monotonic() - t0))
     with timing.measure_load(probe=0) as meter:
         _spin(0.3)
     assert 0.8 < meter.result.during < 1.2  # one other core's worth, our own spinning left out
@@ -113,3 +113,13 @@ def test_spread():
     s = timing.spread([3.0, 1.0, 2.0])
     assert (s.median, s.low, s.high, s.n) == (2.0, 1.0, 3.0, 3)
     assert "over 3 runs" in str(s)
+
+
+def test_tree_cpu_counts_a_reaped_child_and_reads_an_ended_process_as_nothing():
+    before = timing.tree_cpu()
+    spin = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end:\n    pass"
+    subprocess.run([sys.executable, "-c", spin], check=True)  # waited for: its CPU moves to ours
+    assert timing.tree_cpu() - before >= 0.3
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    assert timing.tree_cpu(ended.pid) == 0.0

@@ -30,6 +30,7 @@ import psutil
 from nbclient import NotebookClient
 
 from helpers import watchdog
+from helpers.timing import tree_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 SHM = Path("/dev/shm")
@@ -65,23 +66,6 @@ class Audit:
     @property
     def cpu(self) -> float:
         return self.start_cpu + sum(c.cpu for c in self.cells)
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of a process and all processes under it, including the children they have waited for."""
-    try:
-        procs = [psutil.Process(pid)]
-        procs += procs[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
-    for proc in procs:
-        try:
-            t = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += t.user + t.system + t.children_user + t.children_system
-    return total
 
 
 def shm_files() -> set[str]:
