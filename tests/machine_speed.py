@@ -20,6 +20,7 @@ import time
 from helpers.environment import usable_cores
 
 _PROBE = threading.Lock()  # two probes at once in one process would share the GIL and read each other as load
+_IMPORT = threading.Lock()  # the corpus's first two cases ask at once: one import, not two side by side
 
 
 def slowdown(seconds: float = 0.2) -> float:
@@ -57,5 +58,6 @@ def torch_deadline(factor: float) -> float:
     less than `factor` times the wall time measured once (a reading of the load can be low, not the clock)."""
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
         raise ValueError(f"factor must be a positive number, got {factor!r}")
-    wall, cpu = _import_torch()
+    with _IMPORT:
+        wall, cpu = _import_torch()
     return round(factor * max(wall, cpu * slowdown()) + 2.0, 1)
