@@ -4,7 +4,8 @@
 - a spawn context, because the parent has threads (torch's thread pool) that a fork would copy half-way;
 - one torch thread in the worker, so that processes x threads does not exceed the cores;
 - a sentinel at the end of the worker's output, even when it fails;
-- get with a timeout before join, asking whether the worker still lives after each timeout;
+- get with a timeout before join, asking whether the worker still lives after each timeout (and, if not,
+  getting once more: what it put just before it ended is in the queue);
 - join with a timeout, and terminate what is still running.
 
 Run it with `python examples/06_safe_patterns.py`.
@@ -31,15 +32,19 @@ def make_features(results, n):
 
 
 def collect(results, worker, timeout=5.0):
-    """Get items until the sentinel; after each timeout, give up only if the worker is gone."""
+    """Get items until the sentinel; after each timeout, give up only if the worker is gone and nothing it
+    sent is left (a worker that ended on its own has written all it put, maybe just after the timeout)."""
     items = {}
     while True:
         try:
             key, value = results.get(timeout=timeout)
         except queue_module.Empty:
-            if not worker.is_alive():
+            if worker.is_alive():
+                continue
+            try:
+                key, value = results.get_nowait()
+            except queue_module.Empty:
                 raise RuntimeError(f"worker exited with code {worker.exitcode} before it finished") from None
-            continue
         if key == DONE:
             if value is not None:
                 raise RuntimeError(f"worker failed: {value}")

@@ -77,6 +77,7 @@ __all__ = [
     "safe_get_trial",
     "SLOW_SEND",
     "CRASH_AFTER",
+    "TRIALS",
 ]
 
 _WAIT = 30.0  # bound for any get/join that is expected to succeed (a spawn child importing torch is slow)
@@ -295,7 +296,8 @@ def consume(fail: bool, safe: bool, timeout: float = 1.0) -> list[Any]:
     """A consumer reading a producer's records. Wrong (`safe=False`): `get()` until three records came,
     with no timeout, so a producer that died early leaves it waiting forever. Right (`safe=True`): the
     producer always ends with a sentinel ("done" or "error"), and every `get` has a timeout after which
-    the consumer checks whether the producer is still alive. Returns what was received. Pinned to fork
+    the consumer checks whether the producer is still alive, and, if it is not, gets once more without
+    waiting (it may have put its last records just before it exited). Returns what was received. Pinned to fork
     where it exists, as `join_then_get` is (the watchdog kills the wrong version)."""
     for name, value in (("fail", fail), ("safe", safe)):
         if not isinstance(value, bool):
@@ -317,10 +319,13 @@ def consume(fail: bool, safe: bool, timeout: float = 1.0) -> list[Any]:
         try:
             kind, value = queue.get(timeout=timeout)
         except queue_module.Empty:
-            if not producer.is_alive():
+            if producer.is_alive():
+                continue
+            try:  # a producer that exited has written all it put: its last records may have come meanwhile
+                kind, value = queue.get_nowait()
+            except queue_module.Empty:
                 got.append(f"producer gone (exit code {producer.exitcode}) without a sentinel")
                 break
-            continue
         if kind != "item":
             if kind == "error":
                 got.append(f"producer failed: {value}")
@@ -1173,34 +1178,67 @@ def write_script(name: str, folder: str | os.PathLike[str]) -> Path:
 
 SLOW_SEND = 3.0  # s: the living producer sends after this; six of the consumer's timeouts
 CRASH_AFTER = 0.5  # s: the failing producer crashes after this, having sent nothing
+TRIALS = ("slow", "crash", "sent_then_exited")
 
 
-def _send_later(queue: Any, fail: bool, crashed_at: Any) -> None:
-    time.sleep(CRASH_AFTER if fail else SLOW_SEND)  # slower than one timeout: giving up after one is wrong
-    if fail:
+def _send_later(queue: Any, trial: str, crashed_at: Any, done: Any) -> None:
+    if trial == "crash":
+        time.sleep(CRASH_AFTER)  # slower than one timeout: giving up after one is wrong
         crashed_at.value = time.monotonic()  # the machine's monotonic clock: the parent reads the same one
         raise ValueError("producer crashed")
-    queue.put("payload")
+    if trial == "slow":
+        time.sleep(SLOW_SEND)
+        queue.put("payload")
+        done.wait(_WAIT)  # alive until the call returns: this trial is about waiting, not about the exit
+        return
+    queue.put("payload")  # sent_then_exited: at once; the feeder thread writes it before the process ends
 
 
-def safe_get_trial(fn: Callable[..., Any], producer_fails: bool, timeout: float = 0.5) -> dict[str, Any]:
-    """Call `fn(queue, producer, timeout)` while a producer sends one item after `SLOW_SEND` s, or crashes
-    after `CRASH_AFTER` s instead. Returns {"result": "returned <value>" or "raised <error line>",
-    "after crash": seconds from the producer's crash to the end of the call (None when it did not crash)},
-    so a checker can see how soon a dead producer was noticed. Run it under the watchdog: a wrong `fn`
-    hangs. Pinned to fork: `fn` may be a notebook function."""
+class _TimedOutJustBefore:
+    """The queue of the `sent_then_exited` trial: its first get with a timeout waits until the producer has
+    exited, then raises queue.Empty, as a get whose timeout fires a moment before the item arrives does
+    (under load that moment can last long enough for the producer to exit). Everything else is the real
+    queue's, so `get_nowait()`, `empty()` and a second `get` see the item."""
+
+    def __init__(self, queue: Any, producer: Any) -> None:
+        self._queue, self._producer, self._fired = queue, producer, False
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if block and timeout is not None and not self._fired:
+            import queue as queue_module
+
+            self._fired = True
+            self._producer.join(_WAIT)
+            raise queue_module.Empty
+        return self._queue.get(block, timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+
+def safe_get_trial(fn: Callable[..., Any], trial: str, timeout: float = 0.5) -> dict[str, Any]:
+    """Call `fn(queue, producer, timeout)` against one producer of `TRIALS`: "slow" sends one item after
+    `SLOW_SEND` s and stays alive until the call returns; "crash" dies after `CRASH_AFTER` s having sent
+    nothing; "sent_then_exited" sends at once and exits while `fn`'s first timed get is made to time out
+    (see `_TimedOutJustBefore`). Returns {"result": "returned <value>" or "raised <error line>", "after
+    crash": seconds from the crash to the end of the call (None without a crash)}, so a checker can see
+    how soon a dead producer was noticed. Run it under the watchdog: a wrong `fn` hangs. Pinned to fork:
+    `fn` may be a notebook function."""
     if not callable(fn):
         raise TypeError(f"fn must be a function (queue, producer, timeout) -> item, got {type(fn).__name__}")
+    if trial not in TRIALS:
+        raise ValueError(f"trial must be one of {TRIALS}, got {trial!r}")
     ctx = _fork_or_default()
-    queue = ctx.Queue()
-    crashed_at = ctx.Value("d", 0.0)
-    producer = ctx.Process(target=_send_later, args=(queue, producer_fails, crashed_at))
+    queue, crashed_at, done = ctx.Queue(), ctx.Value("d", 0.0), ctx.Event()
+    producer = ctx.Process(target=_send_later, args=(queue, trial, crashed_at, done))
     producer.start()
+    given = _TimedOutJustBefore(queue, producer) if trial == "sent_then_exited" else queue
     try:
-        result = f"returned {fn(queue, producer, timeout)!r}"
+        result = f"returned {fn(given, producer, timeout)!r}"
     except Exception as exc:  # noqa: BLE001 - the learner's function may raise anything
         result = f"raised {short_error(exc)}"
     ended = time.monotonic()
+    done.set()
     producer.join(_WAIT)
     after = round(ended - crashed_at.value, 2) if crashed_at.value else None
     return {"result": result, "after crash": after}

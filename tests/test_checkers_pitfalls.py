@@ -193,13 +193,35 @@ def _two_arguments(queue, timeout):  # the producer argument forgotten
     return queue.get(timeout=timeout)
 
 
-def _solution_safe_get(queue, producer, timeout):  # the notebook's solution cell
+def _no_last_look(queue, producer, timeout):  # gives up when the producer is gone, its last item unread
     while True:
         try:
             return queue.get(timeout=timeout)
         except queue_module.Empty:
             if not producer.is_alive():
                 raise RuntimeError(f"producer exited with code {producer.exitcode} and sent nothing") from None
+
+
+def _solution_safe_get(queue, producer, timeout):  # the notebook's solution cell
+    while True:
+        try:
+            return queue.get(timeout=timeout)
+        except queue_module.Empty:
+            if producer.is_alive():
+                continue
+            try:  # it may have sent its item just before it exited: what it put is in the queue now
+                return queue.get_nowait()
+            except queue_module.Empty:
+                raise RuntimeError(f"producer exited with code {producer.exitcode} and sent nothing") from None
+
+
+def _empty_check(queue, producer, timeout):  # another right answer: give up only when gone and empty
+    while True:
+        try:
+            return queue.get(timeout=timeout)
+        except queue_module.Empty:
+            if not producer.is_alive() and queue.empty():
+                raise RuntimeError("producer gone, queue empty") from None
 
 
 # TIMES where a trial must end within the watchdog's limit, or the verdict times the raise;
@@ -219,6 +241,7 @@ def _solution_safe_get(queue, producer, timeout):  # the notebook's solution cel
         (_returns_none, "returned None; raise RuntimeError", TIMES),
         (_reraises_empty, "raised Empty; raise RuntimeError", TIMES),
         (_long_fixed_wait, "a long fixed wait is not the answer", TIMES),
+        (_no_last_look, "get once more without waiting", TIMES),  # the course's own answer until this round
     ],
 )
 def test_safe_get_says_not_yet_to_wrong_answers_every_time(answer, words, times):
@@ -227,6 +250,7 @@ def test_safe_get_says_not_yet_to_wrong_answers_every_time(answer, words, times)
 
 
 @needs_fork
-def test_safe_get_says_correct_to_the_solution_every_time():
-    verdicts = _verdicts(checks.safe_get, _solution_safe_get)
+@pytest.mark.parametrize("answer", [_solution_safe_get, _empty_check])
+def test_safe_get_says_correct_to_the_solution_every_time(answer):
+    verdicts = _verdicts(checks.safe_get, answer)
     assert all(v.startswith("Correct:") for v in verdicts), set(verdicts)

@@ -155,7 +155,8 @@ def test_spawn_arguments_leaves_no_error_file():
         (lambda: pitfalls.epoch_draws(True, epochs=0), ValueError),
         (lambda: pitfalls.write_script("nope", "."), ValueError),
         (lambda: pitfalls.write_script("mystery", "/no/such/folder"), ValueError),
-        (lambda: pitfalls.safe_get_trial(3, True), TypeError),
+        (lambda: pitfalls.safe_get_trial(3, "crash"), TypeError),
+        (lambda: pitfalls.safe_get_trial(len, True), ValueError),
         (lambda: pitfalls.py_spy_dump(".", wait=-1), ValueError),
     ],
 )
@@ -328,10 +329,13 @@ def test_safe_get_trial_times_how_soon_a_dead_producer_is_noticed():
                     raise RuntimeError("gone") from None
 
     # in a watchdog child, as the checker runs it: the queue and the shared value die with it
-    dead = watchdog.run(pitfalls.safe_get_trial, patient, True, timeout=30, start_method="fork").value
+    dead = watchdog.run(pitfalls.safe_get_trial, patient, "crash", timeout=30, start_method="fork").value
     assert dead["result"] == "raised RuntimeError: gone" and 0 <= dead["after crash"] < 2.0, dead
-    slow = watchdog.run(pitfalls.safe_get_trial, patient, False, timeout=30, start_method="fork").value
+    slow = watchdog.run(pitfalls.safe_get_trial, patient, "slow", timeout=30, start_method="fork").value
     assert slow == {"result": "returned 'payload'", "after crash": None}, slow
+    # its first timed get is made to time out until the producer has sent and exited: no last look, no item
+    late = watchdog.run(pitfalls.safe_get_trial, patient, "sent_then_exited", timeout=30, start_method="fork").value
+    assert late == {"result": "raised RuntimeError: gone", "after crash": None}, late
 
 
 def test_the_example_script_runs_and_leaves_nothing_behind():
