@@ -51,7 +51,9 @@ __all__ = ["Outcome", "run", "run_script"]
 
 _STATUSES = ("returned", "raised", "hung", "died")
 _EXPECTATIONS = (None, "return", "raise", "hang", "die")
-_DUMP_GRACE = 1.0  # seconds the child gets to write its stack after SIGUSR1
+_DUMP_GRACE = 3.0  # at most, seconds the child gets to write its stack after SIGUSR1 (it takes milliseconds)
+_START_LIMIT = 60.0  # seconds a child may take to get ready: a spawn child on a busy machine imports helpers
+READY = "main_thread.txt"  # the child's main thread's id, written once SIGUSR1 gives its stack
 _SELF_DESTRUCT = 30.0  # a child orphaned by a dead kernel still ends this long after its time-out
 
 
@@ -143,12 +145,13 @@ def _prepare_child(workdir: str) -> None:
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the child
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     trace = open(os.path.join(workdir, "trace.txt"), "w")  # noqa: SIM115
-    Path(workdir, "main_thread.txt").write_text(f"0x{threading.get_ident():016x}")
     _record_resources(workdir)
     _private_mp_temp_dir(workdir)
     faulthandler.enable(file=trace, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=trace, all_threads=True, chain=False)
     sys._watchdog_trace = trace  # type: ignore[attr-defined]  # keep the file object alive
+    # written last: the parent starts the target's clock when it appears (see `_wait_ready`)
+    Path(workdir, READY).write_text(f"0x{threading.get_ident():016x}")
 
 
 _UNIX_SOCKET_PATH = 103  # bytes an AF_UNIX address may have: 107 on Linux, 103 on macOS
@@ -320,6 +323,17 @@ def _forked_child_main(workdir: str, payload: Any, pickled: bool, timeout: float
 
 # --------------------------------------------------------------------------------------------------
 # The parent side
+
+
+def _wait_ready(workdir: Path, running: Callable[[], bool]) -> None:
+    """Wait until the child has written `READY` (it answers SIGUSR1 with its stack from then on), has
+    ended, or `_START_LIMIT` has passed. The target's time starts here, not at the start: on a busy machine
+    a child can take over a second to get this far, and a SIGUSR1 sent earlier would kill it with no stack
+    (the signal's default action) and call its start-up a hang."""
+    marker = workdir / READY
+    deadline = time.monotonic() + _START_LIMIT
+    while not marker.exists() and running() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -548,7 +562,7 @@ def _finish(
     killed: int = 0,
 ) -> Outcome:
     trace = (workdir / "trace.txt").read_text(errors="replace") if (workdir / "trace.txt").exists() else ""
-    ident_file = workdir / "main_thread.txt"
+    ident_file = workdir / READY
     ident = ident_file.read_text() if ident_file.exists() else ""
     stack: list[str] = []
     short: list[str] = []
@@ -644,6 +658,7 @@ def _run_child(
     proc = ctx.Process(target=entry, args=(tmp, payload, not forked, timeout), daemon=False)
     started = time.monotonic()
     proc.start()
+    _wait_ready(workdir, proc.is_alive)
     proc.join(timeout)
     name = getattr(target, "__name__", None)
     code = getattr(target, "__code__", None)
@@ -747,6 +762,7 @@ def _run_script_child(
         start_file=str(path),
         expect=expect,
     )
+    _wait_ready(workdir, lambda: proc.poll() is None)
     try:
         exitcode = proc.wait(timeout)
     except subprocess.TimeoutExpired:

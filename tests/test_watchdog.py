@@ -120,6 +120,22 @@ def test_hang_reports_where_it_was_stuck(method):
     no_children_left()
 
 
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs fork: the slow start-up is patched in")
+def test_a_child_slow_to_start_is_given_its_whole_timeout_and_shows_its_stack(monkeypatch):
+    # a busy machine, made certain: the forked child takes 2 s to get ready, longer than its timeout
+    record = watchdog._record_resources
+
+    def slow_record(workdir):
+        time.sleep(2.0)
+        record(workdir)
+
+    monkeypatch.setattr(watchdog, "_record_resources", slow_record)
+    outcome = watchdog.run(waits_on_queue, start_method="fork", timeout=0.5, expect="hang")
+    assert outcome.status == "hung" and outcome.seconds >= 2.5, outcome.seconds
+    assert outcome.stuck_in == ["SimpleQueue.get", "waits_on_queue"]
+    no_children_left()
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_hang_in_grandchild_kills_the_whole_tree(method):
     outcome = watchdog.run(hangs_in_grandchild, start_method=method, timeout=HANG_AFTER[method] + 0.5)
