@@ -614,7 +614,8 @@ def run(
     expect: str | None = None,
     **kwargs: Any,
 ) -> Outcome:
-    """Call `target(*args, **kwargs)` in a child process and never wait more than `timeout` seconds.
+    """Call `target(*args, **kwargs)` in a child process and give it `timeout` seconds, counted from when
+    the child is ready to show its stack (its own start-up, at most 60 s, does not count; see `_wait_ready`).
 
     `start_method` pins the child's start method ("fork", "spawn", "forkserver"); None uses the
     platform default. Under spawn and forkserver the target must be importable (defined in a module,

@@ -15,8 +15,9 @@ from helpers import watchdog
 
 METHODS = [m for m in ("fork", "spawn") if m in mp.get_all_start_methods()]
 # How long a hang test lets its child run before the watchdog reads where it is stuck. The deadline counts
-# from the start, and a spawn child first starts an interpreter and imports this module: with one core kept
-# busy beside make test, one had not reached its queue after 1.5 s (stuck in `spawn_main` <- `<module>`).
+# from when the child is ready, and a spawn child then still imports this module to unpickle its target: with
+# one core kept busy beside make test, one had not reached its queue after 1.5 s (when the deadline still
+# counted from the start, it was stuck in `spawn_main` <- `<module>`).
 HANG_AFTER = {"fork": 1.5, "spawn": 10.0}
 
 
