@@ -6,7 +6,7 @@ Cause: "Missing key(s) in state_dict: "projection.0.weight" ... Unexpected key(s
     prefix or saves model.module.state_dict().
 Changed: a two-layer model, a one-rank gloo group, an in-memory checkpoint.
 Expect: Unexpected key && model.module
-Timeout: torch 3
+Timeout: torch 7
 """
 
 import io

@@ -6,7 +6,7 @@ Cause: after training, the evaluation runs only on rank 0 (`if is_main:`) but ca
     aborts). The fix: evaluate on the unwrapped model (model.module).
 Changed: gloo on CPU, a BatchNorm model (buffers to broadcast), two ranks by fork, three training steps.
 Expect: model.module
-Timeout: torch 4
+Timeout: torch 8
 """
 
 import os

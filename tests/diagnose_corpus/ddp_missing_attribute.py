@@ -5,7 +5,7 @@ Cause: "AttributeError: 'DistributedDataParallel' object has no attribute 'model
     after wrapping; the fix reads it through model.module.
 Changed: a small module with a `model` attribute; a one-rank gloo group on CPU.
 Expect: object has no attribute && model.module
-Timeout: torch 3
+Timeout: torch 6
 """
 
 import os

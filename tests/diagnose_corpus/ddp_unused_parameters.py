@@ -6,7 +6,7 @@ Cause: "RewardModel uses the backbone's forward_hidden + a scalar reward head an
     finished reduction in the prior iteration"); the fix passes find_unused_parameters=True.
 Changed: a two-layer model on CPU, gloo, two ranks by fork.
 Expect: Expected to have finished reduction && find_unused_parameters
-Timeout: torch 4
+Timeout: torch 6
 """
 
 import socket

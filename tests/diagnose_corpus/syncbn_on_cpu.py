@@ -5,7 +5,7 @@ Cause: "ValueError: SyncBatchNorm layers only work with GPU modules": with no GP
     CPU, and DDP refuses a model with SyncBatchNorm layers on the CPU; the fix is plain BatchNorm on CPU.
 Changed: a small model converted with convert_sync_batchnorm; a one-rank gloo group instead of Lightning.
 Expect: SyncBatchNorm layers only work with GPU modules && BatchNorm
-Timeout: torch 3
+Timeout: torch 5
 """
 
 import os
