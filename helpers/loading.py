@@ -396,6 +396,9 @@ class Throughput:
     samples_per_s: float  # after the first batch; the median of `rounds` when a sweep repeated the setting
     batches: int
     rounds: tuple[float, ...] = ()  # samples/s of each round of a repeated sweep, in the order measured
+    # samples/s had each process loaded without a pause, at the pace of its own timed samples (their start
+    # and end stamps): what the windows cannot exceed, since a window holds all of its process's samples
+    unpaused_samples_per_s: float = math.nan
 
 
 class _Stamped(Dataset):
@@ -476,8 +479,7 @@ def _measure(loader: DataLoader, batches: int | None, step: Callable[[Any], Any]
     timed = (batches - warmup) // per_round * per_round  # whole rounds only
     t0 = time.perf_counter()
     iterator = iter(loader)
-    windows: dict[int, list[float]] = {}  # worker -> [first start, last end, samples]
-    spans = 0.0
+    windows: dict[int, list[float]] = {}  # worker -> [first start, last end, samples, seconds loading]
     try:
         startup = 0.0
         for i in range(warmup + timed):
@@ -485,19 +487,20 @@ def _measure(loader: DataLoader, batches: int | None, step: Callable[[Any], Any]
             if i == 0:
                 startup = time.perf_counter() - t0
             if i >= warmup:
-                w = windows.setdefault(int(worker[0]), [math.inf, -math.inf, 0])
-                w[0], w[1], w[2] = min(w[0], float(start.min())), max(w[1], float(end.max())), w[2] + len(start)
-                spans += float((end - start).sum())
+                w = windows.setdefault(int(worker[0]), [math.inf, -math.inf, 0, 0.0])
+                w[0], w[1] = min(w[0], float(start.min())), max(w[1], float(end.max()))
+                w[2], w[3] = w[2] + len(start), w[3] + float((end - start).sum())
             if step is not None:
                 step(batch)
     finally:
         del iterator
         gc.collect()  # see _COLLECT
+    unpaused = sum(samples / loading for _, _, samples, loading in windows.values())
     if num_workers == 0 and step is None:
-        rate = timed * batch_size / spans
+        rate = unpaused
     else:
-        rate = sum(samples / (last - first) for first, last, samples in windows.values())
-    return Throughput(num_workers, startup, rate, warmup + timed)
+        rate = sum(samples / (last - first) for first, last, samples, _ in windows.values())
+    return Throughput(num_workers, startup, rate, warmup + timed, unpaused_samples_per_s=unpaused)
 
 
 def sweep(

@@ -73,6 +73,14 @@ def test_pool_io_scaling_figure_reports_startup_and_the_cpu_bound_case():
     assert {"pool_startup_s_1", "pool_startup_s_2", "cpu_bound_ratio_2", "start_method"} <= set(fig.details)
 
 
+def test_dataloader_io_reads_its_ratio_against_the_workers_loading_without_a_pause():
+    fig = bench.dataloader_io(workers=2, delay=0.005)
+    assert 0 < fig.ratio <= fig.limit and fig.floor == 6.0
+    # the limit is the worker count, moved only by how long each sleep overshot alone and beside them
+    assert fig.limit == pytest.approx(2, rel=0.1)
+    assert {"samples_per_s_0", "samples_per_s_2", "unpaused_samples_per_s_2", "startup_s_2"} <= set(fig.details)
+
+
 def test_pool_figures_are_registered():
     assert bench.FIGURES["pool_chunksize"] is bench.pool_chunksize
     assert bench.FIGURES["pool_io_scaling"] is bench.pool_io_scaling

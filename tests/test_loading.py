@@ -347,3 +347,16 @@ def test_measure_throughput_gives_no_head_start_to_an_early_worker():
     delay = 0.01
     late = loading.measure_throughput(_LateSecondWorker(n=64, delay=delay), num_workers=2, batch_size=4)
     assert late.samples_per_s <= 2 / delay * 1.03
+    # and never above the rate of its workers loading without a pause, from the same stamps: the bench's
+    # limit for I/O-bound loading
+    assert late.samples_per_s <= late.unpaused_samples_per_s
+
+
+def test_the_unpaused_rate_is_the_baseline_rate_without_workers_and_bounds_it_with_them():
+    ds = loading.SleepyDataset(n=48, delay=0.002)
+    alone = loading.measure_throughput(ds, num_workers=0, batch_size=4)
+    assert alone.samples_per_s == alone.unpaused_samples_per_s  # the baseline is timed by its samples' own spans
+    beside = loading.measure_throughput(ds, num_workers=2, batch_size=4)
+    assert 0 < beside.samples_per_s <= beside.unpaused_samples_per_s
+    # each sample sleeps 2 ms, so two workers that never paused would load under 2 / 0.002 samples a second
+    assert beside.unpaused_samples_per_s < 2 / 0.002
