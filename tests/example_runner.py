@@ -44,16 +44,24 @@ class Output:
 # reason, not passed.
 _ABORT_AT_EXIT = "terminate called without an active exception\nFatal Python error: Aborted\n"
 _THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):\n(.*)$", re.MULTILINE)
+_MARKER = Path(__file__).resolve().parent / "exit_marker"  # its sitecustomize prints _RETURNED at exit
+_RETURNED = "example_runner: the script returned\n"
 
 
 def aborted_after_its_script(errors: str) -> bool:
     """Whether a rank's standard error shows the abort above *after its script returned*: libstdc++'s
-    message, then Python's faulthandler (PYTHONFAULTHANDLER=1) listing its threads with no Python frame in
-    any of them. While the script runs, its main thread always has one; an abort during the work fails."""
+    message, then Python's faulthandler (PYTHONFAULTHANDLER=1) listing the threads, with no Python frame in
+    any of them; while the script runs, its main thread always has one. Or, the surer sign, the line the
+    runner's exit marker (tests/exit_marker) prints once the script has returned, before the abort: the
+    fault handler's own dump can crash during teardown (seen once: "Thread 0xFatal Python error:
+    Segmentation fault", exit code -11) and then lists no thread. An abort during the work fails."""
     if _ABORT_AT_EXIT not in errors:
         return False
-    threads = _THREAD.findall(errors.split(_ABORT_AT_EXIT, 1)[1])
-    return bool(threads) and all(line.strip() == "<no Python frame>" for line in threads)
+    before, after = errors.split(_ABORT_AT_EXIT, 1)
+    threads = _THREAD.findall(after)
+    if any(line.strip() != "<no Python frame>" for line in threads):
+        return False
+    return bool(threads) or _RETURNED in before
 
 
 def _aborted_at_exit(summary: str, rank_errors: dict[int, str]) -> list[int]:
@@ -65,9 +73,10 @@ def _aborted_at_exit(summary: str, rank_errors: dict[int, str]) -> list[int]:
         return []
     exits = {root.rank: root.code, **{rank: code for rank, code, _ in root.others}}
     aborted = [
-        rank for rank, code in exits.items()
-        if code == -signal.SIGABRT and aborted_after_its_script(rank_errors.get(rank, ""))
-    ]  # fmt: skip
+        rank
+        for rank, code in exits.items()
+        if code in (-signal.SIGABRT, -signal.SIGSEGV) and aborted_after_its_script(rank_errors.get(rank, ""))
+    ]  # fmt: skip  (SIGSEGV: the fault handler crashed while it dumped the aborted rank's threads)
     others = [code for rank, code in exits.items() if rank not in aborted]
     return aborted if aborted and all(code == -signal.SIGTERM for code in others) else []
 
@@ -111,6 +120,7 @@ def run(name: str, *args: str, timeout: float = 300.0, nproc: int | None = None,
         full_env = {**os.environ, "TMPDIR": tmp, "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
         if nproc is not None:
             full_env["PYTHONFAULTHANDLER"] = "1"  # where each thread was if a rank aborts (see _ABORT_AT_EXIT)
+            full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [full_env.get("PYTHONPATH"), str(_MARKER)]))
         proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,

@@ -3,6 +3,9 @@ launch runs most demos (each launch starts processes); the network claims of the
 where) are checked here too."""
 
 import multiprocessing as mp
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import example_runner
@@ -302,6 +305,36 @@ Root Cause (first observed failure):
   rank      : 0 (local_rank: 0)
   exitcode  : -6 (pid: 7456)  (SIGABRT)
 """
+
+
+# The same abort, seen once in a clean run of 09's example: the fault handler crashed while it dumped the
+# threads (torchrun then reported exit code -11), so the dump lists none; the exit marker came before it.
+_DUMP_CRASHED = """example_runner: the script returned
+terminate called without an active exception
+Fatal Python error: Aborted
+
+Thread 0xFatal Python error: Segmentation fault
+
+"""
+_SUMMARY_SEGV = _SUMMARY.replace("exitcode  : -6 (pid: 7456)  (SIGABRT)", "exitcode  : -11 (pid: 7456)  (SIGSEGV)")
+
+
+def test_the_runner_reads_the_exit_marker_when_the_dump_itself_crashed():
+    assert example_runner.aborted_after_its_script(_DUMP_CRASHED)
+    assert not example_runner.aborted_after_its_script(_DUMP_CRASHED.replace(example_runner._RETURNED, ""))
+    # the marker does not excuse a dump that shows the script still running
+    assert not example_runner.aborted_after_its_script(example_runner._RETURNED + _ABORTED_IN_BARRIER)
+    assert example_runner._aborted_at_exit(_SUMMARY_SEGV, {0: _DUMP_CRASHED, 1: ""}) == [0]
+    assert example_runner._aborted_at_exit(_SUMMARY_SEGV, {0: "Fatal Python error: Segmentation fault\n", 1: ""}) == []
+
+
+def test_the_exit_marker_is_printed_by_a_rank_once_its_script_returned_and_only_by_a_rank():
+    env = {**os.environ, "PYTHONPATH": str(example_runner._MARKER)}
+    script = "import sys; print('work', file=sys.stderr)"
+    rank = subprocess.run([sys.executable, "-c", script], env={**env, "LOCAL_RANK": "0"}, capture_output=True)
+    assert rank.stderr.decode() == "work\n" + example_runner._RETURNED
+    agent = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+    assert agent.stderr.decode() == "work\n"
 
 
 def test_the_runner_tells_an_abort_after_the_script_returned_from_one_during_it():
