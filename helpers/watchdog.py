@@ -239,7 +239,7 @@ def multiprocessing_names() -> set[str]:
     return {path.name for pattern in _MP_NAMES for path in _SHM.glob(pattern)}
 
 
-def _mapped_inodes() -> set[int]:
+def mapped_inodes() -> set[int]:
     """Inodes of every /dev/shm file some process still maps (a live semaphore or block is mapped)."""
     inodes = set()
     for maps in Path("/proc").glob("[0-9]*/maps"):
@@ -271,7 +271,7 @@ def remove_orphans(before: set[str]) -> None:
     if temps:
         youngest = min((_age(_SHM / name) for name in temps), default=_TEMP_AGE)
         time.sleep(max(0.0, _TEMP_AGE - youngest))  # every temporary name at least _TEMP_AGE old
-    mapped = _mapped_inodes()
+    mapped = mapped_inodes()
     for name in new:
         path = _SHM / name
         with contextlib.suppress(OSError):

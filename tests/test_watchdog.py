@@ -7,6 +7,7 @@ import os
 import pickle
 import signal
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -296,7 +297,6 @@ def test_orphaned_semaphores_are_removed_but_live_ones_stay():
 def test_a_killed_grandchild_leaves_no_mp_temp_dir(method, monkeypatch):
     import shutil
     import tempfile
-    from pathlib import Path
 
     folder = Path(tempfile.mkdtemp(prefix="wd-"))  # short: socket paths inside must fit 103 bytes
     try:
@@ -309,3 +309,22 @@ def test_a_killed_grandchild_leaves_no_mp_temp_dir(method, monkeypatch):
         assert not list(folder.iterdir())
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_new_shm_name_counts_as_left_only_while_no_process_maps_it():
+    """The session's hygiene check (conftest.py) reports a new /dev/shm name only when nothing maps it: a
+    name some live process maps is a live object, and another program's when none of ours is left."""
+    import mmap
+
+    import conftest
+
+    path = Path("/dev/shm") / f"sem.mp-hygiene{os.getpid()}"
+    path.write_bytes(b"\0" * 32)
+    try:
+        assert conftest._unmapped({path.name, "sem.mp-never-made"}) == [path.name]
+        with open(path, "r+b") as file, mmap.mmap(file.fileno(), 32):
+            assert path.stat().st_ino in watchdog.mapped_inodes()
+            assert conftest._unmapped({path.name}) == []
+        assert conftest._unmapped({path.name}) == [path.name]
+    finally:
+        path.unlink()
