@@ -52,15 +52,9 @@ def _unmapped(names: set[str]) -> list[str]:
     notebook passes run beside the unit pass, and their kernels hold named semaphores under spawn and
     forkserver (a tqdm bar alone makes one, `sem.mp-*`, that lives as long as its process): two new names
     failed a unit test file once (run ar of session 23), with nothing to tell whose they were."""
-    from helpers.watchdog import mapped_inodes
+    from helpers.watchdog import unmapped
 
-    mapped = mapped_inodes()
-    unmapped = []
-    for name in names:
-        with contextlib.suppress(OSError):  # gone meanwhile: not left
-            if (_SHM / name).stat().st_ino not in mapped:
-                unmapped.append(name)
-    return sorted(unmapped)
+    return unmapped(names)
 
 
 def _tmp_entries() -> set[str]:

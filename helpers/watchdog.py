@@ -271,12 +271,21 @@ def remove_orphans(before: set[str]) -> None:
     if temps:
         youngest = min((_age(_SHM / name) for name in temps), default=_TEMP_AGE)
         time.sleep(max(0.0, _TEMP_AGE - youngest))  # every temporary name at least _TEMP_AGE old
-    mapped = mapped_inodes()
-    for name in new:
-        path = _SHM / name
+    for name in temps | set(unmapped(new - temps)):
         with contextlib.suppress(OSError):
-            if name in temps or path.stat().st_ino not in mapped:
-                path.unlink()
+            (_SHM / name).unlink()
+
+
+def unmapped(names: set[str]) -> list[str]:
+    """The /dev/shm names among `names` that no live process maps: nothing can use them any more (a live
+    semaphore or shared block is mapped by the process holding it). A name gone meanwhile is left out."""
+    mapped = mapped_inodes()
+    found = []
+    for name in names:
+        with contextlib.suppress(OSError):
+            if (_SHM / name).stat().st_ino not in mapped:
+                found.append(name)
+    return sorted(found)
 
 
 def _age(path: Path) -> float:
