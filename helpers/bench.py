@@ -35,7 +35,7 @@ from helpers import capstone, ddp_practice, model_parallel, orientation, scale
 from helpers.environment import default_start_method, usable_cores
 from helpers.errors import short_error
 from helpers.threads import torch_threads
-from helpers.timing import Figure, cores_given, measure_load
+from helpers.timing import DISTURBED_CORES, Figure, cores_given, measure_load
 
 __all__ = [
     "Figure",
@@ -480,7 +480,9 @@ def _table(results: dict[str, Figure]) -> str:
     rows = [("figure", "ratio", "limit", "floor", "ok", "load", "what")]
     for name, fig in results.items():
         ok = {None: "-", True: "yes", False: "NO"}[fig.meets_floor]
-        busy = fig.load.get("other_cores_during")
+        # The larger of the two probes: the one that decides whether the figure was disturbed.
+        probes = [fig.load[k] for k in ("other_cores_before", "other_cores_during") if k in fig.load]
+        busy = max(probes) if probes else None
         load = "-" if busy is None else f"{busy:.1f}" + (" busy" if fig.timed and fig.load.get("disturbed") else "")
         rows.append(
             (
@@ -498,7 +500,10 @@ def _table(results: dict[str, Figure]) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(row[:6], widths, strict=True)) + "  " + row[6]
         for row in rows
     ]
-    lines.append("(load: cores' worth of CPU that other programs used during the figure; 'busy' = disturbed)")
+    lines.append(
+        "(load: cores' worth of CPU that other programs used just before or during the figure, the larger; "
+        f"'busy' = {DISTURBED_CORES:g} or more, disturbed)"
+    )
     for name, fig in results.items():
         shown = {**fig.details, **fig.conditions}
         details = ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())

@@ -643,7 +643,8 @@ def bubble_reading(
             " so on a busy machine the stages look busier than they were"
         )
     if load is not None and load.disturbed:
-        why += f" (other programs used {load.during:.1f} of {load.cores} cores during the run: re-run when idle)"
+        why += f" (other programs used {load.during:.1f} of {load.cores} cores during the run"
+        why += f" ({load.before:.1f} just before): re-run when idle)"
     return f"{head}: {why}."
 
 

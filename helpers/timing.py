@@ -208,7 +208,8 @@ def read_ratio(label: str, ratio: float, limit: float | None, load: Load | None 
     head = f"{label}: {ratio:.2f}{unit}" + ("" if limit is None else f" of a possible {limit:.3g}{unit}")
     busy = load is not None and load.disturbed
     why_busy = (
-        f"other programs used {load.during:.1f} of {load.cores} cores during the run; re-run when the machine is idle"
+        f"other programs used {load.during:.1f} of {load.cores} cores during the run ({load.before:.1f} just before);"
+        " re-run when the machine is idle"
         if busy
         else ""
     )
@@ -305,6 +306,6 @@ class Figure:
         if disturbed:
             text += (
                 f" Disturbed: other programs used {self.load['other_cores_during']:.1f} of "
-                f"{self.load['usable_cores']} cores during it."
+                f"{self.load['usable_cores']} cores during it ({self.load['other_cores_before']:.1f} just before)."
             )
         return text

@@ -141,8 +141,19 @@ def test_a_disturbed_figure_says_so(monkeypatch, capsys):
     monkeypatch.setattr(bench, "cores_given", lambda: 1.2)
     assert bench.main([]) == 0
     captured = capsys.readouterr()
-    assert "1.0 busy" in captured.out and "Disturbed: other programs used 1.0 of 2 cores" in captured.out
+    assert (
+        "1.0 busy" in captured.out
+        and "Disturbed: other programs used 1.0 of 2 cores during it (1.0 just before)" in captured.out
+    )
     assert "the machine was busy during fake" in captured.err
+
+
+def test_a_figure_disturbed_only_before_names_that_probe():
+    """The probe just before can decide 'disturbed' alone: the reading must not then say 0.0 cores were used."""
+    load = timing.Load(before=0.9, during=0.0, cores=2, seconds=1.0).as_dict()
+    fig = bench.Figure(ratio=1.6, limit=2.0, what="fake", floor=1.5, load=load)
+    assert "used 0.0 of 2 cores during it (0.9 just before)" in fig.reading()
+    assert "0.9 busy" in bench._table({"fake": fig})
 
 
 @pytest.mark.parametrize(
@@ -194,7 +205,7 @@ def test_chapter_09_figures_are_registered():
 
 def test_a_counted_figure_is_never_called_disturbed():
     """Bytes and collectives do not depend on the machine's load: a busy machine must not be blamed."""
-    busy = {"disturbed": True, "other_cores_during": 1.9, "usable_cores": 2}
+    busy = timing.Load(before=1.9, during=1.9, cores=2, seconds=1.0).as_dict()
     counted = bench.Figure(ratio=1.0, limit=1.0, what="counted", load=busy, timed=False)
     timed = bench.Figure(ratio=1.0, limit=2.0, what="timed", load=busy)
     assert "Disturbed" not in counted.reading() and "Disturbed" in timed.reading()

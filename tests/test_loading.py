@@ -177,6 +177,28 @@ def test_measure_throughput_and_sweep():
         loading.sweep(ds, [0], rounds=0)
 
 
+class _Indices:
+    """Samples that take almost no time to load: the case a coarse clock reads as 0 s."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+def test_instant_samples_are_timed_not_divided_by_zero():
+    # time.time()'s float seconds read such samples as taking 0 s in 6 of 200 tries; integer ns do not
+    for _ in range(200):
+        assert loading.measure_throughput(_Indices(), num_workers=0, batch_size=1, batches=2).samples_per_s > 0
+
+
+def test_a_clock_that_cannot_time_the_samples_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(loading.time, "time_ns", lambda: 1_000)
+    with pytest.raises(ValueError, match="faster than this machine's clock"):
+        loading.measure_throughput(_Indices(), num_workers=0, batch_size=1, batches=2)
+
+
 def test_a_repeated_sweep_keeps_every_round_and_reports_the_median():
     ds = loading.SleepyDataset(n=12, delay=0.0)
     results = loading.sweep(ds, [0, 1], batch_size=4, progress=False, rounds=3)

@@ -123,3 +123,9 @@ def test_tree_cpu_counts_a_reaped_child_and_reads_an_ended_process_as_nothing():
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
     assert timing.tree_cpu(ended.pid) == 0.0
+
+
+def test_a_run_disturbed_only_just_before_says_so():
+    """The probe before the run can decide 'disturbed' alone: the reading must show that probe's figure."""
+    load = timing.Load(before=0.9, during=0.0, cores=2, seconds=1.0)
+    assert "used 0.0 of 2 cores during the run (0.9 just before)" in timing.read_ratio("x", 1.3, 2.0, load)
