@@ -31,6 +31,7 @@ from torch import nn
 from helpers import launcher
 from helpers.environment import default_start_method
 from helpers.threads import torch_threads
+from helpers.timing import Load
 from helpers.validate import positive_int
 
 __all__ = [
@@ -602,7 +603,7 @@ def bubble_reading(
     measured: float | Sequence[float],
     stages: int,
     microbatches: int,
-    load: Any = None,
+    load: Load | None = None,
     expected: float | None = None,
     label: str = "formula (p - 1) / (m + p - 1)",
 ) -> str:
@@ -643,8 +644,7 @@ def bubble_reading(
             " so on a busy machine the stages look busier than they were"
         )
     if load is not None and load.disturbed:
-        why += f" (other programs used {load.during:.1f} of {load.cores} cores during the run"
-        why += f" ({load.before:.1f} just before): re-run when idle)"
+        why += f" ({load.others()}: re-run when idle)"
     return f"{head}: {why}."
 
 

@@ -142,13 +142,19 @@ class Load:
     def disturbed(self) -> bool:
         return max(self.before, self.during) >= DISTURBED_CORES
 
-    def summary(self) -> str:
-        """One line, e.g. 'machine load: other programs used 1.0 of 2 cores during the run: disturbed'."""
-        verdict = "disturbed, the times are slower than this machine can do" if self.disturbed else "undisturbed"
+    def others(self) -> str:
+        """Both probes in one phrase, because either can make a run disturbed: 'other programs used 1.0 of
+        2 cores during the run (0.0 just before)'. Every reading that names the load says it this way."""
         return (
-            f"machine load: other programs used {self.during:.1f} of {self.cores} cores during the run "
-            f"({self.before:.1f} just before): {verdict}"
+            f"other programs used {self.during:.1f} of {self.cores} cores during the run"
+            f" ({self.before:.1f} just before)"
         )
+
+    def summary(self) -> str:
+        """One line, e.g. 'machine load: other programs used 1.0 of 2 cores during the run (0.0 just before):
+        disturbed, ...'."""
+        verdict = "disturbed, the times are slower than this machine can do" if self.disturbed else "undisturbed"
+        return f"machine load: {self.others()}: {verdict}"
 
     def as_dict(self) -> dict[str, float | int | bool]:
         return {
@@ -158,6 +164,16 @@ class Load:
             "seconds": round(self.seconds, 2),
             "disturbed": self.disturbed,
         }
+
+    @classmethod
+    def from_dict(cls, stored: dict[str, Any]) -> Load:
+        """The `Load` back from `as_dict`'s record (the bench keeps its figures' loads as dicts, in JSON)."""
+        return cls(
+            before=stored["other_cores_before"],
+            during=stored["other_cores_during"],
+            cores=stored["usable_cores"],
+            seconds=stored["seconds"],
+        )
 
 
 class measure_load:  # noqa: N801 - used as a context manager, like contextlib's lower-case helpers
@@ -207,12 +223,7 @@ def read_ratio(label: str, ratio: float, limit: float | None, load: Load | None 
         raise ValueError(f"limit must be a positive number or None, got {limit!r}")
     head = f"{label}: {ratio:.2f}{unit}" + ("" if limit is None else f" of a possible {limit:.3g}{unit}")
     busy = load is not None and load.disturbed
-    why_busy = (
-        f"other programs used {load.during:.1f} of {load.cores} cores during the run ({load.before:.1f} just before);"
-        " re-run when the machine is idle"
-        if busy
-        else ""
-    )
+    why_busy = f"{load.others()}; re-run when the machine is idle" if busy else ""
     if limit is not None and ratio > 1.05 * limit:
         reading = (
             "Above the physical limit: the baseline was slowed by something the parallel run escaped,"
@@ -304,8 +315,5 @@ class Figure:
             side = "at or above" if self.ratio >= self.floor else "below"
             text = f"ratio: {self.ratio:.3g}x (no physical limit), {side} its floor of {self.floor:g}x."
         if disturbed:
-            text += (
-                f" Disturbed: other programs used {self.load['other_cores_during']:.1f} of "
-                f"{self.load['usable_cores']} cores during it ({self.load['other_cores_before']:.1f} just before)."
-            )
+            text += f" Disturbed: {Load.from_dict(self.load).others()}."
         return text

@@ -149,7 +149,7 @@ def test_a_disturbed_figure_says_so(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert (
         "1.0 busy" in captured.out
-        and "Disturbed: other programs used 1.0 of 2 cores during it (1.0 just before)" in captured.out
+        and "Disturbed: other programs used 1.0 of 2 cores during the run (1.0 just before)" in captured.out
     )
     assert "the machine was busy during fake" in captured.err
 
@@ -158,7 +158,7 @@ def test_a_figure_disturbed_only_before_names_that_probe():
     """The probe just before can decide 'disturbed' alone: the reading must not then say 0.0 cores were used."""
     load = timing.Load(before=0.9, during=0.0, cores=2, seconds=1.0).as_dict()
     fig = bench.Figure(ratio=1.6, limit=2.0, what="fake", floor=1.5, load=load)
-    assert "used 0.0 of 2 cores during it (0.9 just before)" in fig.reading()
+    assert "used 0.0 of 2 cores during the run (0.9 just before)" in fig.reading()
     assert "0.9 busy" in bench._table({"fake": fig})
 
 

@@ -129,3 +129,23 @@ def test_a_run_disturbed_only_just_before_says_so():
     """The probe before the run can decide 'disturbed' alone: the reading must show that probe's figure."""
     load = timing.Load(before=0.9, during=0.0, cores=2, seconds=1.0)
     assert "used 0.0 of 2 cores during the run (0.9 just before)" in timing.read_ratio("x", 1.3, 2.0, load)
+
+
+def test_every_reading_names_the_load_in_the_same_words():
+    """One phrase for the load, made by `Load.others`: the summary, a ratio's reading, the bench's figure
+    (which keeps its load as a dict) and 09's bubble reading must not drift apart."""
+    from helpers import bench
+    from helpers import model_parallel as mpar
+
+    load = timing.Load(before=0.9, during=0.2, cores=2, seconds=1.0)
+    phrase = "other programs used 0.2 of 2 cores during the run (0.9 just before)"
+    assert load.others() == phrase
+    assert timing.Load.from_dict(load.as_dict()) == load
+    figure = bench.Figure(ratio=1.6, limit=2.0, what="fake", floor=1.5, load=load.as_dict())
+    readings = [
+        load.summary(),
+        timing.read_ratio("x", 1.3, 2.0, load),
+        figure.reading(),
+        mpar.bubble_reading(0.5, 2, 4, load=load),
+    ]
+    assert all(phrase in text for text in readings), readings
