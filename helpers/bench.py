@@ -35,7 +35,7 @@ from helpers import capstone, ddp_practice, model_parallel, orientation, scale
 from helpers.environment import default_start_method, usable_cores
 from helpers.errors import short_error
 from helpers.threads import torch_threads
-from helpers.timing import DISTURBED_CORES, Figure, cores_given, measure_load
+from helpers.timing import DISTURBED_CORES, Figure, Load, core_speeds, cores_given, measure_load
 
 __all__ = [
     "Figure",
@@ -254,7 +254,15 @@ def hogwild_speedup(steps: int = 15_000) -> Figure:
     """Hogwild, one process per usable core at 1 thread each: samples/s / one process at 1 thread, median
     of 5 interleaved rounds of `steps` / 5 steps each; the test accuracy of both must agree within 2 points.
     One process with all cores' threads (the baseline a user would pick instead) is reported beside it.
-    Raises TimeoutError when a run does not finish in its (load-scaled) time budget."""
+    Raises TimeoutError when a run does not finish in its (load-scaled) time budget.
+
+    What else moves it on an idle virtual machine: the host slows one of our cores at a time, for seconds,
+    to about 60 % of the other (`timing.core_speeds`; one core read 16.5 ms for a loop the other ran in
+    10.3). A round's one process runs at the speed of the core it lands on, so single rounds ranged from
+    1.04 to 2.63 over 53 rounds here, and one median of five read 2.14. Running the baseline on each core in
+    turn and averaging did not help (a median of 2.11, and a round at 1.08, in 15 rounds): the speeds change
+    between runs of a second. The median of interleaved rounds, and three attempts when it misses its
+    floor, is what this figure can do; the probes kept with the attempts show when the cores were unequal."""
     from helpers import hogwild
 
     cores = usable_cores()
@@ -450,40 +458,54 @@ ATTEMPTS = 3  # a timed figure below its floor is measured this many times in al
 
 def measure_until_sure(name: str, note: Callable[[str], None] = print) -> Figure:
     """`measure`, and when a timed figure misses its floor, measure it twice more and keep the median of the
-    three: a figure that really misses must miss in most attempts. Before each new attempt the cores the
-    machine gives are probed (`timing.cores_given`) and kept beside it: on a virtual machine whose host
+    three: a figure that really misses must miss in most attempts. Right after the first attempt and before
+    each further one, the cores the machine gives (`timing.cores_given`) and each core's speed
+    (`timing.core_speeds`) are probed and kept beside it, so that a miss the load probe cannot explain shows
+    where the time went: on a virtual machine whose host
     shares its cores, one core alone and two together ran 35 or 50 ms for the same loop from one tenth of
     a second to the next, and a whole --check run on an idle machine once read two figures under their
     floors (every timing 20-40 % slower than usual) with no load visible inside the machine."""
     first = measure(name)
     if not first.timed or first.meets_floor is not False:
         return first
-    given = cores_given()
+    given, speeds = cores_given(), core_speeds()
     missed = f"under its floor of {first.floor:g}" if first.floor is not None else "missing a condition"
     note(
         f"helpers.bench: {name} read {first.ratio:.2f}, {missed}; the machine gives {given:.2f} of "
-        f"{usable_cores()} cores now; measuring it {ATTEMPTS - 1} more times (the median of the three counts)"
+        f"{usable_cores()} cores now{_speeds_phrase(speeds)}; measuring it {ATTEMPTS - 1} more times (the "
+        "median of the three counts)"
     )
-    attempts = [(first, given)]
+    attempts = [_attempt(first, given, speeds)]
     for _ in range(ATTEMPTS - 1):
-        given = cores_given()
-        attempts.append((measure(name), given))
+        given, speeds = cores_given(), core_speeds()
+        attempts.append(_attempt(measure(name), given, speeds))
     ranked = sorted(attempts, key=lambda a: a[0].ratio if a[0].ratio is not None else -1.0)
     fig = ranked[len(ranked) // 2][0]
-    fig.details["attempts"] = [
-        {"ratio": None if f.ratio is None else round(f.ratio, 3), "cores_given": round(g, 2)} for f, g in attempts
-    ]
+    fig.details["attempts"] = [record for _, record in attempts]
     return fig
+
+
+def _attempt(fig: Figure, given: float, speeds: list[float] | None) -> tuple[Figure, dict[str, Any]]:
+    """One attempt and what is kept of it: its ratio and the probes of the cores taken just before it."""
+    record: dict[str, Any] = {
+        "ratio": None if fig.ratio is None else round(fig.ratio, 3),
+        "cores_given": round(given, 2),
+    }
+    if speeds is not None:
+        record["core_speeds"] = [round(speed, 2) for speed in speeds]
+    return fig, record
+
+
+def _speeds_phrase(speeds: list[float] | None) -> str:
+    """' (each core against the fastest: 1.00, 0.62)', or nothing where cores cannot be probed one by one."""
+    return "" if speeds is None else " (each core against the fastest: " + ", ".join(f"{s:.2f}" for s in speeds) + ")"
 
 
 def _table(results: dict[str, Figure]) -> str:
     rows = [("figure", "ratio", "limit", "floor", "ok", "load", "what")]
     for name, fig in results.items():
         ok = {None: "-", True: "yes", False: "NO"}[fig.meets_floor]
-        # The larger of the two probes: the one that decides whether the figure was disturbed.
-        probes = [fig.load[k] for k in ("other_cores_before", "other_cores_during") if k in fig.load]
-        busy = max(probes) if probes else None
-        load = "-" if busy is None else f"{busy:.1f}" + (" busy" if fig.timed and fig.load.get("disturbed") else "")
+        load = "-" if not fig.load else f"{Load.from_dict(fig.load).peak:.1f}" + (" busy" if fig.disturbed else "")
         rows.append(
             (
                 name,
@@ -542,13 +564,13 @@ def main(argv: list[str] | None = None) -> int:
         payload["_run"] = {
             "start_method": default_start_method(),
             "usable_cores": usable_cores(),
-            "disturbed": any(fig.timed and fig.load.get("disturbed") for fig in results.values()),
+            "disturbed": any(fig.disturbed for fig in results.values()),
             "not_measured": [name for name, fig in results.items() if not fig.measured],
         }
         print(json.dumps(payload, indent=2))
     else:
         print(_table(results))
-    disturbed = [name for name, fig in results.items() if fig.timed and fig.load.get("disturbed")]
+    disturbed = [name for name, fig in results.items() if fig.disturbed]
     if disturbed:
         print(
             f"helpers.bench: the machine was busy during {', '.join(disturbed)}: those ratios are lower than "

@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -34,6 +35,7 @@ def test_table_and_list(monkeypatch, capsys):
     fake = bench.Figure(ratio=1.0, limit=2.0, what="a fake figure", floor=1.5, details={"x_s": 0.5})
     monkeypatch.setattr(bench, "FIGURES", {"fake": lambda: fake})
     monkeypatch.setattr(bench, "cores_given", lambda: 2.0)  # a miss is measured three times; no need to probe
+    monkeypatch.setattr(bench, "core_speeds", lambda: None)
     assert bench.main(["--check"]) == 1  # below its floor
     out = capsys.readouterr().out
     assert "fake" in out and "NO" in out and "x_s=0.500" in out
@@ -145,6 +147,7 @@ def test_a_disturbed_figure_says_so(monkeypatch, capsys):
     monkeypatch.setattr(timing.measure_load, "__exit__", lambda self, *a: setattr(self, "result", busy))
     monkeypatch.setattr(bench, "measure_load", lambda: timing.measure_load(probe=0))
     monkeypatch.setattr(bench, "cores_given", lambda: 1.2)
+    monkeypatch.setattr(bench, "core_speeds", lambda: None)
     assert bench.main([]) == 0
     captured = capsys.readouterr()
     assert (
@@ -215,6 +218,11 @@ def test_a_counted_figure_is_never_called_disturbed():
     counted = bench.Figure(ratio=1.0, limit=1.0, what="counted", load=busy, timed=False)
     timed = bench.Figure(ratio=1.0, limit=2.0, what="timed", load=busy)
     assert "Disturbed" not in counted.reading() and "Disturbed" in timed.reading()
+    assert not counted.disturbed and timed.disturbed
+    rows = bench._table({"counted": counted, "timed": timed, "unprobed": bench.Figure(1.0, 1.0, "no load")})
+    loads = {line.split()[0]: line.split()[5] for line in rows.splitlines()[1:4]}
+    assert loads == {"counted": "1.9", "timed": "1.9", "unprobed": "-"}
+    assert "1.9 busy" in rows and "1.9 busy" not in rows.split("\n")[1]
 
 
 def test_the_chapter_10_figures_are_registered():
@@ -227,18 +235,29 @@ def test_a_figure_under_its_floor_is_measured_three_times_and_the_median_counts(
         bench, "FIGURES", {"fake": lambda: bench.Figure(ratio=next(readings), limit=2.0, what="fake", floor=1.5)}
     )
     monkeypatch.setattr(bench, "cores_given", lambda: 1.5)
+    speeds = iter([[1.0, 0.62], [0.7, 1.0], [1.0, 1.0], None, None, None])
+    monkeypatch.setattr(bench, "core_speeds", lambda: next(speeds))
     notes: list[str] = []
     fig = bench.measure_until_sure("fake", note=notes.append)  # 1.2, 1.9, 1.1: the median misses
-    assert fig.ratio == 1.2 and fig.meets_floor is False and len(fig.details["attempts"]) == 3
-    assert notes and "read 1.20, under its floor of 1.5; the machine gives 1.50 of" in notes[0]
+    assert fig.ratio == 1.2 and fig.meets_floor is False
+    assert fig.details["attempts"] == [
+        {"ratio": 1.2, "cores_given": 1.5, "core_speeds": [1.0, 0.62]},
+        {"ratio": 1.9, "cores_given": 1.5, "core_speeds": [0.7, 1.0]},
+        {"ratio": 1.1, "cores_given": 1.5, "core_speeds": [1.0, 1.0]},
+    ]
+    assert notes[0].startswith("helpers.bench: fake read 1.20, under its floor of 1.5; the machine gives 1.50 of")
+    assert "cores now (each core against the fastest: 1.00, 0.62); measuring it 2 more times" in notes[0]
     fig = bench.measure_until_sure("fake", note=notes.append)  # 1.0, 1.95, 1.96: the median holds
     assert fig.ratio == 1.95 and fig.meets_floor is True
+    # where cores cannot be probed one by one (macOS, Windows), the attempts and the note say nothing of them
     assert fig.details["attempts"] == [{"ratio": r, "cores_given": 1.5} for r in (1.0, 1.95, 1.96)]
+    assert "cores now; measuring it 2 more times" in notes[1]
 
 
 def test_a_figure_at_its_floor_or_counted_is_measured_once(monkeypatch):
     calls = []
     monkeypatch.setattr(bench, "cores_given", lambda: pytest.fail("probed without a miss"))
+    monkeypatch.setattr(bench, "core_speeds", lambda: pytest.fail("cores probed without a miss"))
     monkeypatch.setattr(
         bench,
         "FIGURES",
@@ -259,3 +278,21 @@ def test_cores_given_reads_the_time_alone_against_the_slowest_together():
     assert timing._cores_from([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], cores=2) == 2.0  # noqa: SLF001 - the reading
     assert timing._cores_from([1.0, 9.0, 1.0], [2.0, 2.0, 0.5], cores=2) == 1.0  # noqa: SLF001 - medians
     assert timing._cores_from([1.0, 1.0, 1.0], [4.0, 4.0, 4.0], cores=4) == 1.0  # noqa: SLF001
+
+
+def test_core_speeds_reads_each_core_against_the_fastest_and_unpins():
+    # each core's value is a timing, checked only for its shape; the reading is checked exactly
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    speeds = timing.core_speeds(count=50_000, trials=1)
+    if before is None:
+        assert speeds is None
+    else:
+        assert len(speeds) == len(before) and max(speeds) == 1.0 and all(0 < s <= 1.0 for s in speeds)
+        assert os.sched_getaffinity(0) == before  # the probe pinned this process one core at a time
+    assert timing._speeds_from({0: [10.0, 11.0, 10.0], 1: [16.0, 16.5, 17.0]}) == [1.0, 10.0 / 16.5]  # noqa: SLF001
+    assert timing._speeds_from({3: [2.0], 1: [1.0]}) == [1.0, 0.5]  # noqa: SLF001 - in core order
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="count must be >= 1"):
+            timing.core_speeds(count=bad)
+    with pytest.raises(TypeError, match="trials must be an int"):
+        timing.core_speeds(trials=2.5)
