@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psutil
@@ -47,6 +48,7 @@ __all__ = [
     "conflicts",
     "momentum_buffers",
     "train_worker",
+    "pinned_train_worker",
     "scaled_wait",
     "fork_breaks_autograd",
     "children_start_method",
@@ -162,8 +164,17 @@ class Config:
     seed: int = 0
     target_loss: float | None = None  # stop everyone once a process's recent mean loss is below it
     record_rows: bool = False  # log the rows each step touched (sparse task), for `conflicts`
+    core: int | None = None  # pin every process of the run to this core (Linux); None lets the OS place them
 
     def __post_init__(self) -> None:
+        if self.core is not None:
+            positive_int("core", self.core, minimum=0)
+            if not hasattr(os, "sched_setaffinity"):
+                raise ValueError("core needs os.sched_setaffinity, which only Linux has; leave it None here")
+            if self.core not in os.sched_getaffinity(0):
+                raise ValueError(
+                    f"core must be one of this process's cores {sorted(os.sched_getaffinity(0))}, got {self.core}"
+                )
         positive_int("steps", self.steps)
         positive_int("batch_size", self.batch_size)
         if self.threads is not None:
@@ -253,6 +264,13 @@ def train_worker(
             recent = (recent + [value])[-50:]
             if len(recent) == 50 and sum(recent) / 50 < config.target_loss:
                 stop.set()
+
+
+def pinned_train_worker(rank: int, model: nn.Module, task: Task, config: Config, *args: Any) -> None:
+    """`train_worker` on the one core `config.core`. Pinned here, in the child, not in the parent: a
+    forkserver child is forked from the server, which does not share the parent's affinity."""
+    os.sched_setaffinity(0, {config.core})
+    train_worker(rank, model, task, config, *args)
 
 
 def fork_breaks_autograd(devices: int | None = None) -> bool:
@@ -358,7 +376,7 @@ def hogwild(
         rows = torch.full((processes, config.steps, width), -1, dtype=torch.long).share_memory_()
     procs = [
         ctx.Process(
-            target=train_worker,
+            target=train_worker if config.core is None else pinned_train_worker,
             args=(rank, model, task, config, counter, stop, barrier, log, spans, rows, optimizer),
         )
         for rank in range(processes)
@@ -533,6 +551,7 @@ class Speeds:
     threaded: list[Run]
     threads: int
     load: timing.Load | None = None
+    by_core: dict[int, list[Run]] = field(default_factory=dict)  # the baseline pinned to each core, if asked
     rounds: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -581,11 +600,20 @@ def speed_table(
     rounds: int = 3,
     threads: int | None = None,
     start_method: str | None = None,
+    baseline_on_each_core: bool = False,
 ) -> Speeds:
     """`rounds` rounds of: Hogwild with each count in `counts` (1 thread per process) and one process with
     `threads` threads (default: all usable cores) in this process, all on the same budget from the same
     weights. Rounds are interleaved, every other one in reverse order, so a burst of load slows one round of
-    every configuration instead of all runs of one; compare medians, and read the spread as the noise."""
+    every configuration instead of all runs of one; compare medians, and read the spread as the noise.
+
+    `baseline_on_each_core=True` runs the 1-process baseline once per usable core, pinned to it (Linux),
+    and keeps the fastest in `runs[1]` (all of them in `by_core`). On a virtual machine the host can slow
+    one core and not the other for seconds: one process then runs at the speed of the core it lands on,
+    and a ratio over it reads far above the core count when that core was the slow one (2.71 of 2, the
+    median of five rounds, on an idle machine). n processes cannot run faster than n copies of the fastest
+    core, so over that baseline where the process landed cannot push the ratio over n (the machine's speed
+    changing between runs still moves single rounds by a few %: read the median)."""
     if not isinstance(counts, (list, tuple)) or 1 not in counts:
         raise ValueError(f"counts must be a list of process counts that includes 1 (the baseline), got {counts!r}")
     for count in counts:
@@ -597,21 +625,36 @@ def speed_table(
     if config.threads != 1:
         raise ValueError(f"config.threads must be 1 (one thread per Hogwild process), got {config.threads!r}")
     task = make_task() if task is None else task
+    if not isinstance(baseline_on_each_core, bool):
+        raise TypeError(f"baseline_on_each_core must be True or False, got {baseline_on_each_core!r}")
+    if baseline_on_each_core and not hasattr(os, "sched_setaffinity"):
+        raise ValueError("baseline_on_each_core needs os.sched_setaffinity, which only Linux has")
+    cores = sorted(os.sched_getaffinity(0)) if baseline_on_each_core else []
     runs: dict[int, list[Run]] = {n: [] for n in counts}
+    by_core: dict[int, list[Run]] = {core: [] for core in cores}
     threaded: list[Run] = []
     threaded_config = Config(**{**config.__dict__, "threads": threads})
+
+    def run(n: int, cfg: Config) -> Run:
+        model = make_model(task.x_train.shape[1], classes=task.classes)
+        return hogwild(n, cfg, task=task, model=model, start_method=start_method)
+
     with timing.measure_load() as load:
         for round_ in range(rounds):
             # Every other round in reverse order: a run that benefits from coming first or last in a round
             # (a warm cache, the CPU's boost clock settling) does so for every configuration in turn.
             for n in counts if round_ % 2 == 0 else list(reversed(counts)):
-                model = make_model(task.x_train.shape[1], classes=task.classes)
-                runs[n].append(hogwild(n, config, task=task, model=model, start_method=start_method))
+                if n == 1 and cores:
+                    for core in cores:
+                        by_core[core].append(run(1, replace(config, core=core)))
+                    runs[1].append(max((by_core[core][-1] for core in cores), key=lambda r: r.samples_per_s))
+                else:
+                    runs[n].append(run(n, config))
             # On a busy machine OpenMP threads can crawl (they spin waiting for each other): stop at twice
             # the time of the 1-thread run; samples/s then count the steps taken.
             limit = 0.5 + 2 * runs[1][-1].seconds
             threaded.append(in_this_process(threaded_config, task=task, time_limit=limit))
-    return Speeds(runs=runs, threaded=threaded, threads=threads, load=load.result)
+    return Speeds(runs=runs, threaded=threaded, threads=threads, load=load.result, by_core=by_core)
 
 
 # ---- collisions ----------------------------------------------------------------------------------

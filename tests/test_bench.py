@@ -60,6 +60,9 @@ def test_hogwild_speedup_reports_both_accuracies():
     assert fig.ratio > 0 and fig.floor == pytest.approx(0.75 * fig.limit)
     assert "accuracy within 2 points of single process" in fig.conditions
     assert {"accuracy_single_pct", "samples_per_s_single", "start_method"} <= set(fig.details)
+    if hasattr(os, "sched_setaffinity"):  # the baseline ran on each core and the fastest counts
+        per_core = {f"samples_per_s_single_core_{core}" for core in os.sched_getaffinity(0)}
+        assert per_core <= set(fig.details) and "on the fastest core" in fig.what
 
 
 def test_pool_chunksize_figure_names_the_default_and_its_floor():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 
 import pytest
 import torch
@@ -197,6 +198,57 @@ def test_speed_table_interleaves_rounds_and_reports_spreads(task):
         hogwild.speed_table([2, 4], task=task)
     with pytest.raises(ValueError, match="threads"):
         hogwild.speed_table([1], hogwild.Config(threads=2), task=task)
+
+
+needs_pinning = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning to a core needs Linux")
+
+
+@needs_pinning
+def test_speed_table_can_take_the_baseline_on_the_fastest_core(task):
+    speeds = hogwild.speed_table(
+        [1, 2], hogwild.Config(steps=300), task=task, rounds=2, threads=2, baseline_on_each_core=True
+    )
+    cores = sorted(os.sched_getaffinity(0))
+    assert sorted(speeds.by_core) == cores and all(len(runs) == 2 for runs in speeds.by_core.values())
+    for i, kept in enumerate(speeds.runs[1]):
+        fastest = max((speeds.by_core[core][i] for core in cores), key=lambda r: r.samples_per_s)
+        assert kept is fastest
+    assert speeds.speedup(2).n == 2
+    assert hogwild.speed_table([1], hogwild.Config(steps=50), task=task, rounds=1, threads=1).by_core == {}
+    with pytest.raises(TypeError, match="baseline_on_each_core must be True or False"):
+        hogwild.speed_table([1], task=task, baseline_on_each_core="yes")
+
+
+@needs_pinning
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the probe rides on fork")
+def test_a_pinned_run_runs_on_its_core(task, tmp_path, monkeypatch):
+    seen = tmp_path / "affinity"
+    real = os.sched_setaffinity
+
+    def recording(pid: int, mask: set[int]) -> None:  # inherited by the forked worker
+        real(pid, mask)
+        with open(seen, "a") as f:
+            f.write(f"{sorted(os.sched_getaffinity(0))}\n")
+
+    monkeypatch.setattr(hogwild.os, "sched_setaffinity", recording)
+    before = os.sched_getaffinity(0)
+    core = max(before)
+    hogwild.hogwild(1, hogwild.Config(steps=20, core=core), task=task, start_method="fork")
+    assert seen.read_text() == f"[{core}]\n"  # the worker pinned itself, once, to that core alone
+    assert os.sched_getaffinity(0) == before  # and the parent was not pinned
+
+
+def test_config_core_names_what_it_expects():
+    with pytest.raises(TypeError, match="core must be an int"):
+        hogwild.Config(core="0")
+    with pytest.raises(ValueError, match="core must be >= 0"):
+        hogwild.Config(core=-1)
+    if hasattr(os, "sched_setaffinity"):
+        with pytest.raises(ValueError, match="core must be one of this process's cores"):
+            hogwild.Config(core=max(os.sched_getaffinity(0)) + 1)
+    else:
+        with pytest.raises(ValueError, match="only Linux"):
+            hogwild.Config(core=0)
 
 
 def test_fork_breaks_autograd_only_where_torch_sees_a_device():
