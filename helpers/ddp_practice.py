@@ -68,6 +68,7 @@ __all__ = [
     "evaluation",
     "ShardedStream",
     "monitored",
+    "side_group",
     "missing_one",
     "missing_zero",
     "lonely_rank",
@@ -418,11 +419,30 @@ def unused_branch(
     return {**result, "log": log}
 
 
+def side_group(timeout: float) -> Any:
+    """A process group of its own whose collectives give up after `timeout` seconds.
+
+    Not `dist.new_group(timeout=...)` alone: a group's timeout also bounds its setup, where each rank waits
+    in the store for the others' addresses, so a rank that came to `new_group` more than `timeout` s after
+    the other (a busy machine) made it fail outside the demo, and the demo's result was lost. The group is
+    made with the default group's timeout and then given the short one, which torch offers only through a
+    private function (`_set_pg_timeout`, torch/distributed/distributed_c10d.py). DDP's all-reduces and
+    `all_reduce` follow it (a rank left alone raises after `timeout` s); a rank other than 0 waiting in
+    `monitored_barrier` does not (it waited past the default group's 30 s), so `monitored` keeps
+    `new_group(timeout=...)` and its setup risk."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+
+    group = dist.new_group()
+    _set_pg_timeout(datetime.timedelta(seconds=non_negative("timeout", timeout)), group)
+    return group
+
+
 def _train_branchy(rank: int, world_size: int, mode: str, uses: str, steps: int, timeout: float) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    group = dist.new_group(timeout=datetime.timedelta(seconds=timeout))
+    group = side_group(timeout)
     find_unused, static = mode == "find_unused", mode == "static"
     ddp = DDP(Branchy(), process_group=group, find_unused_parameters=find_unused, static_graph=static)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
