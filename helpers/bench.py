@@ -264,8 +264,9 @@ def hogwild_speedup(steps: int = 15_000) -> Figure:
     median of 2.11 in 15 rounds). The baseline now runs pinned to each core in turn and the fastest counts
     (`speed_table(baseline_on_each_core=True)`): n processes cannot beat n copies of the fastest core, so where
     the baseline landed can no longer push the ratio over its limit. What remains is the machine's speed
-    changing from one run of a second to the next: single rounds still reached 2.09, the medians of ten stayed
-    at 1.79-1.87 (four runs). A slow core shows as a lower ratio, and in the per-core rates kept beside it.
+    changing from one run of a second to the next: in three --check runs single rounds ranged from 0.93 to
+    2.43 and the medians of ten read 1.59, 1.72 and 1.93. A slow core shows as a lower ratio, and in the
+    per-core rates kept beside it.
     Where processes cannot be pinned (macOS, Windows) the baseline floats."""
     import os
 

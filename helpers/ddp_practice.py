@@ -430,11 +430,13 @@ def side_group(timeout: float) -> Any:
     `all_reduce` follow it (a rank left alone raises after `timeout` s); a rank other than 0 waiting in
     `monitored_barrier` does not (it waited past the default group's 30 s), so `monitored` keeps
     `new_group(timeout=...)` and its setup risk."""
+    if non_negative("timeout", timeout) == 0:
+        raise ValueError("timeout must be > 0 seconds, got 0")
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _set_pg_timeout
 
     group = dist.new_group()
-    _set_pg_timeout(datetime.timedelta(seconds=non_negative("timeout", timeout)), group)
+    _set_pg_timeout(datetime.timedelta(seconds=timeout), group)
     return group
 
 

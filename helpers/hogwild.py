@@ -612,8 +612,9 @@ def speed_table(
     one core and not the other for seconds: one process then runs at the speed of the core it lands on,
     and a ratio over it reads far above the core count when that core was the slow one (2.71 of 2, the
     median of five rounds, on an idle machine). n processes cannot run faster than n copies of the fastest
-    core, so over that baseline where the process landed cannot push the ratio over n (the machine's speed
-    changing between runs still moves single rounds by a few %: read the median)."""
+    core, so over that baseline where the process landed cannot push the ratio over n. The machine's speed
+    changing from one run to the next still can, in single rounds (up to 2.43 of 2 in one bench run), so
+    read the median of the rounds, not any one of them."""
     if not isinstance(counts, (list, tuple)) or 1 not in counts:
         raise ValueError(f"counts must be a list of process counts that includes 1 (the baseline), got {counts!r}")
     for count in counts:

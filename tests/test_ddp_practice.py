@@ -277,6 +277,14 @@ def test_a_rank_that_comes_late_to_a_demos_own_group_is_still_waited_for():
     assert "Timed out" in ranks[0]["rank_dependent"]["error"][0] and ranks[0]["rank_dependent"]["seconds"] < 10
 
 
+def test_side_group_names_a_bad_timeout_before_it_makes_a_group():
+    # no process group exists in this test: a bad value must be caught before the collective that makes one
+    with pytest.raises(ValueError, match="timeout must be > 0 seconds"):
+        dp.side_group(0)
+    with pytest.raises(TypeError, match="timeout must be a number"):
+        dp.side_group("2")
+
+
 def test_monitored_barrier_names_the_missing_rank_only_from_rank_0(ranks):
     assert "Rank 1 failed to pass monitoredBarrier" in ranks[0]["missing_one"]["error"]
     assert "from rank 0" in ranks[1]["missing_zero"]["error"]
