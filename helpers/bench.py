@@ -32,7 +32,7 @@ from typing import Any
 from tqdm import tqdm
 
 from helpers import capstone, ddp_practice, model_parallel, orientation, scale
-from helpers.environment import default_start_method, usable_cores
+from helpers.environment import default_start_method, pinnable_cores, usable_cores
 from helpers.errors import short_error
 from helpers.threads import torch_threads
 from helpers.timing import DISTURBED_CORES, Figure, Load, core_speeds, cores_given, measure_load
@@ -268,12 +268,10 @@ def hogwild_speedup(steps: int = 15_000) -> Figure:
     2.43 and the medians of ten read 1.59, 1.72 and 1.93. A slow core shows as a lower ratio, and in the
     per-core rates kept beside it.
     Where processes cannot be pinned (macOS, Windows) the baseline floats."""
-    import os
-
     from helpers import hogwild
 
     cores = usable_cores()
-    pinned = hasattr(os, "sched_setaffinity")
+    pinned = pinnable_cores() is not None
     # 3 rounds gave one idle run a median of 1.43 (floor 1.5) and another a round above the limit. With the
     # baseline on the fastest core, 5 rounds of 3,000 steps still read medians of 1.82-2.00 with single
     # rounds up to 2.26 (three runs); 10 of 1,500, closer in time to each other, 1.79-1.87 and up to 2.09

@@ -429,7 +429,7 @@ def side_group(timeout: float) -> Any:
     private function (`_set_pg_timeout`, torch/distributed/distributed_c10d.py). DDP's all-reduces and
     `all_reduce` follow it (a rank left alone raises after `timeout` s); a rank other than 0 waiting in
     `monitored_barrier` does not (it waited past the default group's 30 s), so `monitored` keeps
-    `new_group(timeout=...)` and its setup risk."""
+    `new_group(timeout=...)` and meets the other ranks in a barrier of the default group first."""
     if non_negative("timeout", timeout) == 0:
         raise ValueError("timeout must be > 0 seconds, got 0")
     import torch.distributed as dist
@@ -669,10 +669,15 @@ class ShardedStream(torch.utils.data.IterableDataset):
 # ------------------------------------------------------------------------------- 7. missing ranks
 def monitored(rank: int, world_size: int, absent: int = 1, timeout: float = 2.0) -> dict[str, Any]:
     """Rank `absent` does not arrive; every other rank calls `monitored_barrier` with a `timeout`-second
-    limit on a group of its own. Rank 0 collects the others and can name the one missing; a rank other
-    than 0 only waits for rank 0's answer. Afterwards all meet in a barrier of the default group."""
+    limit on a group of its own (made after a barrier of the default group). Rank 0 collects the others
+    and can name the one missing; a rank other than 0 only waits for rank 0's answer. Afterwards all meet
+    in a barrier of the default group."""
     import torch.distributed as dist
 
+    # The group's timeout also bounds its setup, and a rank other than 0 waits for rank 0 with that timeout,
+    # not the one set later by `_set_pg_timeout` (see `side_group`): so the ranks meet first in the default
+    # group, and a rank that left the demo before this one seconds later still forms the group in time.
+    dist.barrier()
     group = dist.new_group(timeout=datetime.timedelta(seconds=timeout))  # how long a rank other than 0 waits
     started = time.monotonic()
     out: dict[str, Any] = {"arrived": rank != absent, "error": ""}

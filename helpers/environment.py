@@ -23,6 +23,7 @@ __all__ = [
     "remove_mp_temp_dir",
     "report",
     "format_report",
+    "pinnable_cores",
 ]
 
 
@@ -35,6 +36,15 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def pinnable_cores() -> list[int] | None:
+    """The cores this process may pin itself (or a child) to, in order; None where the OS offers no pinning
+    (`os.sched_setaffinity` exists on Linux only, not on macOS or Windows). A figure that must not depend
+    on which core a process lands on (a virtual machine's host can slow one core at a time) pins to these."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    return sorted(os.sched_getaffinity(0))
 
 
 def _mounts(mountinfo: str) -> list[tuple[str, str, str, str]]:

@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from helpers import timing
-from helpers.environment import default_start_method, usable_cores
+from helpers.environment import default_start_method, pinnable_cores, usable_cores
 from helpers.processes import running
 from helpers.threads import torch_threads
 from helpers.validate import positive_int
@@ -169,12 +169,11 @@ class Config:
     def __post_init__(self) -> None:
         if self.core is not None:
             positive_int("core", self.core, minimum=0)
-            if not hasattr(os, "sched_setaffinity"):
+            cores = pinnable_cores()
+            if cores is None:
                 raise ValueError("core needs os.sched_setaffinity, which only Linux has; leave it None here")
-            if self.core not in os.sched_getaffinity(0):
-                raise ValueError(
-                    f"core must be one of this process's cores {sorted(os.sched_getaffinity(0))}, got {self.core}"
-                )
+            if self.core not in cores:
+                raise ValueError(f"core must be one of this process's cores {cores}, got {self.core}")
         positive_int("steps", self.steps)
         positive_int("batch_size", self.batch_size)
         if self.threads is not None:
@@ -628,9 +627,9 @@ def speed_table(
     task = make_task() if task is None else task
     if not isinstance(baseline_on_each_core, bool):
         raise TypeError(f"baseline_on_each_core must be True or False, got {baseline_on_each_core!r}")
-    if baseline_on_each_core and not hasattr(os, "sched_setaffinity"):
+    cores = pinnable_cores() if baseline_on_each_core else []
+    if cores is None:
         raise ValueError("baseline_on_each_core needs os.sched_setaffinity, which only Linux has")
-    cores = sorted(os.sched_getaffinity(0)) if baseline_on_each_core else []
     runs: dict[int, list[Run]] = {n: [] for n in counts}
     by_core: dict[int, list[Run]] = {core: [] for core in cores}
     threaded: list[Run] = []

@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from helpers.environment import usable_cores
+from helpers.environment import pinnable_cores, usable_cores
 from helpers.validate import positive_int
 
 __all__ = [
@@ -140,17 +140,17 @@ def core_speeds(count: int = 300_000, trials: int = 3) -> list[float] | None:
     loop in 16.5 ms and the other in 10.3 ms for seconds at a time, then the other way round), and a
     process that lands on the slow core makes any ratio against it read high, one on the fast core low."""
     count, trials = positive_int("count", count), positive_int("trials", trials)
-    if not hasattr(os, "sched_setaffinity"):
+    cores = pinnable_cores()
+    if cores is None:
         return None
-    allowed = os.sched_getaffinity(0)
-    times: dict[int, list[float]] = {core: [] for core in sorted(allowed)}
+    times: dict[int, list[float]] = {core: [] for core in cores}
     try:
         for _ in range(trials):
             for core in times:
                 os.sched_setaffinity(0, {core})
                 times[core].append(_spin(count))
     finally:
-        os.sched_setaffinity(0, allowed)
+        os.sched_setaffinity(0, cores)
     return _speeds_from(times)
 
 

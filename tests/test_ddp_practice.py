@@ -270,11 +270,14 @@ def test_a_rank_that_comes_late_to_a_demos_own_group_is_still_waited_for():
     the 2-s limit itself, the group of a demo failed to form when one rank came more than 2 s after the
     other, as on a busy machine, and the demo's result was lost (the likely cause of the rank_dependent result
     missing from 07's launch in one clean run of make test). The limit must apply to the demo's collectives only."""
-    demos = {"rank_dependent": functools.partial(_late, dp.rank_dependent)}
+    names = ("rank_dependent", "missing_one", "missing_zero")
+    demos = {name: functools.partial(_late, getattr(dp, name)) for name in names}
     ranks = dp.launch(demos, 2, start_method="fork", failures="report", timeout=120)
     for rank in (0, 1):
-        assert "exit" not in ranks[rank] and "rank_dependent" in ranks[rank]
+        assert "exit" not in ranks[rank] and all(name in ranks[rank] for name in names)
     assert "Timed out" in ranks[0]["rank_dependent"]["error"][0] and ranks[0]["rank_dependent"]["seconds"] < 10
+    assert "Rank 1 failed to pass monitoredBarrier" in ranks[0]["missing_one"]["error"]
+    assert "from rank 0" in ranks[1]["missing_zero"]["error"] and ranks[1]["missing_zero"]["seconds"] < 10
 
 
 def test_side_group_names_a_bad_timeout_before_it_makes_a_group():

@@ -11,6 +11,13 @@ def test_usable_cores_is_within_the_machine():
     assert 1 <= cores <= (os.cpu_count() or cores)
 
 
+def test_pinnable_cores_are_this_process_cores_or_none_without_pinning(monkeypatch):
+    if hasattr(os, "sched_setaffinity"):
+        assert environment.pinnable_cores() == sorted(os.sched_getaffinity(0))
+    monkeypatch.delattr(environment.os, "sched_setaffinity", raising=False)  # as on macOS and Windows
+    assert environment.pinnable_cores() is None
+
+
 def test_default_start_method_is_available_and_not_fixed():
     method = environment.default_start_method()
     assert method in mp.get_all_start_methods()

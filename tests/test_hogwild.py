@@ -9,7 +9,7 @@ import pytest
 import torch
 from example_runner import run_example
 
-from helpers import hogwild
+from helpers import hogwild, timing
 
 HAS_FORK = "fork" in mp.get_all_start_methods()
 SHORT = hogwild.Config(steps=1_500)
@@ -249,6 +249,17 @@ def test_config_core_names_what_it_expects():
     else:
         with pytest.raises(ValueError, match="only Linux"):
             hogwild.Config(core=0)
+
+
+def test_without_pinning_the_pinned_options_say_so_and_the_probe_reads_none(monkeypatch):
+    # as on macOS and Windows, where os.sched_setaffinity does not exist
+    monkeypatch.setattr(hogwild, "pinnable_cores", lambda: None)
+    monkeypatch.setattr(timing, "pinnable_cores", lambda: None)
+    with pytest.raises(ValueError, match="core needs os.sched_setaffinity"):
+        hogwild.Config(core=0)
+    with pytest.raises(ValueError, match="baseline_on_each_core needs os.sched_setaffinity"):
+        hogwild.speed_table([1], task=hogwild.make_task(), baseline_on_each_core=True)
+    assert timing.core_speeds(count=1_000, trials=1) is None
 
 
 def test_fork_breaks_autograd_only_where_torch_sees_a_device():
