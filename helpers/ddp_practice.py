@@ -676,7 +676,7 @@ def monitored(rank: int, world_size: int, absent: int = 1, timeout: float = 2.0)
 
     # The group's timeout also bounds its setup, and a rank other than 0 waits for rank 0 with that timeout,
     # not the one set later by `_set_pg_timeout` (see `side_group`): so the ranks meet first in the default
-    # group, and a rank that left the demo before this one seconds later still forms the group in time.
+    # group: a rank that the demo before let go seconds after the other still forms the group in time.
     dist.barrier()
     group = dist.new_group(timeout=datetime.timedelta(seconds=timeout))  # how long a rank other than 0 waits
     started = time.monotonic()
@@ -733,6 +733,7 @@ def desync(rank: int, world_size: int, steps: int = 4, every: int = 2, timeout: 
 
     import torch.distributed as dist
 
+    dist.barrier()  # the ranks arrive together: a group's timeout also bounds its own setup
     group = dist.new_group(timeout=datetime.timedelta(seconds=timeout))
     grads, flag = torch.ones(8), torch.zeros(2)
     out: dict[str, Any] = {"error": "", "step": None}

@@ -758,6 +758,7 @@ def uneven_rank(
     if ending == "barrier":
         if isinstance(group_timeout, bool) or not isinstance(group_timeout, int | float) or group_timeout <= 0:
             raise ValueError(f"group_timeout must be a number of seconds > 0, got {group_timeout!r}")
+        dist.barrier()  # the ranks arrive together: a group's timeout also bounds its own setup
         group = dist.new_group(timeout=datetime.timedelta(seconds=group_timeout))
     model = DDP(make_model(), process_group=group)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

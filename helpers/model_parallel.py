@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from helpers import launcher
-from helpers.environment import default_start_method
+from helpers.environment import default_start_method, usable_cores
 from helpers.threads import torch_threads
 from helpers.timing import Load
 from helpers.validate import positive_int
@@ -1318,7 +1318,7 @@ def pipeline_speedup(microbatches: int = 8, repeats: int = 5, layers: int = 8) -
     single = statistics.median(results[0]["pipeline_timing"]["single"])
     # The baseline a user would pick instead: one process with all usable cores' threads, timed here in the
     # main process after the ranks have ended (a forked rank must not raise its threads: OpenMP may hang).
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     single_all = statistics.median(_time_single(m, repeats, threads=cores, layers=layers))
     limit = 2 * m / (m + 1)
     return Figure(

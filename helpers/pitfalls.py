@@ -1016,11 +1016,12 @@ def workers_by_reflex(ranks: int = 2) -> dict[str, Any]:
     several ranks each start that many workers. Run it in a child: it changes its own CPU affinity."""
     from torch.utils.data import DataLoader
 
-    from helpers.environment import usable_cores
+    from helpers.environment import pinnable_cores, usable_cores
 
     positive_int("ranks", ranks)
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    pinnable = pinnable_cores()
+    if pinnable:
+        os.sched_setaffinity(0, {pinnable[0]})
     cores = usable_cores()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -270,7 +270,7 @@ def test_a_rank_that_comes_late_to_a_demos_own_group_is_still_waited_for():
     the 2-s limit itself, the group of a demo failed to form when one rank came more than 2 s after the
     other, as on a busy machine, and the demo's result was lost (the likely cause of the rank_dependent result
     missing from 07's launch in one clean run of make test). The limit must apply to the demo's collectives only."""
-    names = ("rank_dependent", "missing_one", "missing_zero")
+    names = ("rank_dependent", "missing_one", "missing_zero", "desync")
     demos = {name: functools.partial(_late, getattr(dp, name)) for name in names}
     ranks = dp.launch(demos, 2, start_method="fork", failures="report", timeout=120)
     for rank in (0, 1):
@@ -278,6 +278,9 @@ def test_a_rank_that_comes_late_to_a_demos_own_group_is_still_waited_for():
     assert "Timed out" in ranks[0]["rank_dependent"]["error"][0] and ranks[0]["rank_dependent"]["seconds"] < 10
     assert "Rank 1 failed to pass monitoredBarrier" in ranks[0]["missing_one"]["error"]
     assert "from rank 0" in ranks[1]["missing_zero"]["error"] and ranks[1]["missing_zero"]["seconds"] < 10
+    ops = {r: [e["profiling_name"] for e in ranks[r]["desync"]["records"]] for r in (0, 1)}
+    assert all(ranks[r]["desync"]["error"] for r in (0, 1))  # both timed out in the mismatched call, as in 07
+    assert ops[0][:2] == ["gloo:all_reduce", "gloo:all_reduce"] and ops[1][:2] == ["gloo:all_reduce", "gloo:broadcast"]
 
 
 def test_side_group_names_a_bad_timeout_before_it_makes_a_group():
