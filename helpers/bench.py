@@ -511,10 +511,10 @@ def measure_all(names: list[str], note: Callable[[str], None] = print, progress:
             " the other figures (the median of the three counts)"
         )
         attempts[name] = [_attempt(first, given, speeds)]
-    for _ in range(ATTEMPTS - 1):
-        for name, tries in attempts.items():
-            given, speeds = cores_given(), core_speeds()
-            tries.append(_attempt(measure(name), given, speeds))
+    again = [name for _ in range(ATTEMPTS - 1) for name in attempts]  # in turns: a, b, a, b
+    for name in tqdm(again, desc="misses again", unit="figure", file=sys.stderr, disable=not progress or not again):
+        given, speeds = cores_given(), core_speeds()
+        attempts[name].append(_attempt(measure(name), given, speeds))
     for name, tries in attempts.items():
         ranked = sorted(tries, key=lambda a: a[0].ratio if a[0].ratio is not None else -1.0)
         results[name] = ranked[len(ranked) // 2][0]
