@@ -10,6 +10,7 @@ takes on a free core), and multiplies it by how slow the machine is now, at each
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import subprocess
@@ -51,6 +52,37 @@ def _import_torch() -> tuple[float, float]:
         timeout=120,
     )
     return time.monotonic() - started, float(done.stdout)
+
+
+# A hang script's own timeouts and sleeps must outlast any deadline a test gives it, or on a loaded machine the
+# script ends on its own before diagnose looks: a case whose group timed out after 60 s was still "running"
+# to a deadline that the load had stretched past 62 s, and diagnose read a failure instead of the hang.
+# Longer than the corpus test's own pytest timeout (1,500 s), so that something else always ends first.
+OUTLASTS_ANY_DEADLINE = 1_800.0  # seconds
+PART_OF_THE_BUG = 10.0  # seconds: a short timeout or sleep that is the case itself (rank 0's 5-s evaluation)
+
+
+def literal_durations(source: str) -> list[tuple[int, float]]:
+    """(line, seconds) of every `timedelta(seconds=/minutes=...)` and `time.sleep(...)` with a number in
+    `source`'s code (not in its strings: a program the script starts has its own reasons)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name == "sleep" and node.args and isinstance(node.args[0], ast.Constant):
+            found.append((node.lineno, float(node.args[0].value)))
+        if name == "timedelta":
+            for keyword in node.keywords:
+                unit = {"seconds": 1.0, "minutes": 60.0, "hours": 3600.0}.get(keyword.arg or "")
+                if unit and isinstance(keyword.value, ast.Constant):
+                    found.append((node.lineno, unit * float(keyword.value.value)))
+    return found
+
+
+def too_short_for_a_hang(source: str) -> list[tuple[int, float]]:
+    """The durations in `source` that are neither part of the bug nor longer than any deadline."""
+    return [(line, s) for line, s in literal_durations(source) if PART_OF_THE_BUG < s < OUTLASTS_ANY_DEADLINE]
 
 
 def torch_deadline(factor: float) -> float:

@@ -41,3 +41,16 @@ def test_the_deadline_is_never_shorter_than_the_import_measured(monkeypatch: pyt
 def test_a_factor_that_is_not_a_positive_number_is_refused(factor: object) -> None:
     with pytest.raises(ValueError, match="factor must be a positive number"):
         machine_speed.torch_deadline(factor)  # type: ignore[arg-type]
+
+
+def test_a_hang_script_must_outlast_any_deadline() -> None:
+    source = (
+        "import datetime, time\n"
+        "a = datetime.timedelta(seconds=60)\n"  # too short: the group times out before a stretched deadline
+        "b = datetime.timedelta(minutes=30)\n"
+        "time.sleep(5)\n"  # part of the bug (rank 0's evaluation)
+        "time.sleep(600)\n"  # too short
+        "OTHER = 'time.sleep(30)'\n"  # in a string: another program's, not read
+    )
+    assert machine_speed.literal_durations(source) == [(2, 60.0), (3, 1800.0), (4, 5.0), (5, 600.0)]
+    assert machine_speed.too_short_for_a_hang(source) == [(2, 60.0), (5, 600.0)]

@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 
 def run(rank: int, port: int) -> None:
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(minutes=1)
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(minutes=30)
     )
     if rank != 1:
         dist.barrier()

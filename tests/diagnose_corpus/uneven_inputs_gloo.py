@@ -20,7 +20,7 @@ import torch.multiprocessing as tmp
 
 
 def run(rank: int, port: int, fd: int) -> None:
-    wait = datetime.timedelta(seconds=60)
+    wait = datetime.timedelta(minutes=30)
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, wait, master_listen_fd=fd if rank == 0 else None)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=2, timeout=wait)
     for _ in range(3 if rank == 0 else 2):

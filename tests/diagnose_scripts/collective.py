@@ -13,7 +13,7 @@ import torch.multiprocessing as tmp
 
 
 def run(rank: int, port: int, fd: int) -> None:
-    wait = datetime.timedelta(seconds=60)
+    wait = datetime.timedelta(minutes=30)  # outlasts any deadline the test gives
     if rank == 0:
         store = dist.TCPStore("127.0.0.1", port, 2, True, wait, master_listen_fd=fd)
     else:
@@ -22,7 +22,7 @@ def run(rank: int, port: int, fd: int) -> None:
     if rank == 0:
         dist.barrier()  # rank 1 never comes
     else:
-        time.sleep(60)  # "evaluating", and never reaching the barrier
+        time.sleep(1_800)  # "evaluating", and never reaching the barrier
 
 
 if __name__ == "__main__":

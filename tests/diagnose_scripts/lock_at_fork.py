@@ -10,7 +10,7 @@ lock = threading.Lock()
 
 def hold() -> None:
     with lock:
-        time.sleep(60)
+        time.sleep(1_800)
 
 
 def child() -> None:

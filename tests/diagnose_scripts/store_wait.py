@@ -13,5 +13,5 @@ if __name__ == "__main__":
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     path = os.path.join(tempfile.mkdtemp(), "rendezvous")
     dist.init_process_group(
-        "gloo", init_method=f"file://{path}", rank=0, world_size=2, timeout=datetime.timedelta(seconds=60)
+        "gloo", init_method=f"file://{path}", rank=0, world_size=2, timeout=datetime.timedelta(minutes=30)
     )

@@ -2,4 +2,4 @@
 
 import time
 
-time.sleep(60)
+time.sleep(1_800)
