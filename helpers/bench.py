@@ -36,7 +36,7 @@ from helpers import capstone, ddp_practice, model_parallel, orientation, scale
 from helpers.environment import default_start_method, pinnable_cores, usable_cores
 from helpers.errors import short_error
 from helpers.threads import torch_threads
-from helpers.timing import DISTURBED_CORES, Figure, Load, core_speeds, cores_given, measure_load
+from helpers.timing import DISTURBED_CORES, Figure, Load, core_speeds, cores_given, measure_load, spread
 
 __all__ = [
     "Figure",
@@ -69,16 +69,16 @@ def threads_vs_processes(n: int = 2_000_000, rounds: int = 11) -> Figure:
     with measure_load() as load:
         runs = [orientation.threads_vs_processes(n=n) for _ in range(rounds)]
     workers = runs[0].workers
-    ratios = [r.threads / r.processes for r in runs]
+    ratio = spread(r.threads / r.processes for r in runs)
     return Figure(
-        ratio=statistics.median(ratios),
+        ratio=ratio.median,
         limit=statistics.median(r.threads / r.one_worker for r in runs),
         floor=0.8 * workers,
         what=f"pure-Python CPU work, {workers} workers: time on threads / time on processes; limit: time on"
         " threads / one piece alone",
         details={
-            "ratio_low": min(ratios),
-            "ratio_high": max(ratios),
+            "ratio_low": ratio.low,
+            "ratio_high": ratio.high,
             "one_worker_s": statistics.median(r.one_worker for r in runs),
             "threads_s": statistics.median(r.threads for r in runs),
             "processes_s": statistics.median(r.processes for r in runs),
