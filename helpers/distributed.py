@@ -799,7 +799,11 @@ def uneven_rank(
         }
     finally:
         if group is not None:
-            dist.barrier()  # the default group: nobody leaves before the other rank has timed out too
+            # The default group: nobody leaves before the other rank has timed out too. A rank that gloo
+            # aborted has no one to wait for: this barrier then fails at once, and must not cost this
+            # rank the result it is returning.
+            with contextlib.suppress(RuntimeError):
+                dist.barrier()
             with contextlib.suppress(RuntimeError):
                 dist.destroy_process_group(group)
     return {"batches": len(batches), "outcome": "finished"}

@@ -2,6 +2,7 @@
 launch runs most demos (each launch starts processes); the network claims of the notebook (what listens
 where) are checked here too."""
 
+import datetime
 import multiprocessing as mp
 import os
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import example_runner
 import pytest
+import torch.distributed
 
 from helpers import distributed as dd
 from helpers import launcher
@@ -192,6 +194,31 @@ def test_a_rank_that_comes_late_to_the_barrier_endings_group_is_still_waited_for
         else:  # gloo aborted it in the demo's wait instead of raising, as 05 shows; a group that failed to form
             # raised a Python error instead (exit code 1)
             assert ranks[rank].get("exit") == "killed by SIGABRT", ranks[rank]
+
+
+def _peer_aborted_in_barrier_ending(rank: int, world_size: int) -> dict:
+    """uneven_rank's "barrier" ending on rank 0; rank 1 joins the same groups and model, then dies as gloo
+    sometimes makes a rank die in this demo (SIGABRT) instead of raising."""
+    if rank == 0:
+        return dd.uneven_rank(rank, world_size, ending="barrier", group_timeout=30.0)
+    torch.distributed.barrier()
+    group = torch.distributed.new_group(timeout=datetime.timedelta(seconds=30))
+    dd.DDP(dd.make_model(), process_group=group)
+    os.abort()
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="the demo is defined in this file")
+def test_the_barrier_ending_keeps_its_result_when_the_other_rank_was_aborted():
+    """The ranks meet in a last barrier so that neither leaves while the other still waits; when gloo has
+    aborted the other rank, that barrier fails at once, and the surviving rank must still return what it
+    saw (it ended with exit code 1 instead, its result lost, in a clean run with one core kept busy)."""
+    ranks = launcher.launch(
+        {"aborted": _peer_aborted_in_barrier_ending}, 2, start_method="fork", failures="report", timeout=60
+    )
+    assert ranks[1] == {"exit": "killed by SIGABRT"}
+    assert "exit" not in ranks[0], ranks[0]
+    assert ranks[0]["aborted"]["outcome"].endswith("the connection to another rank was lost (closed/reset by peer)")
+    assert ranks[0]["aborted"]["seconds"] < 10
 
 
 @pytest.mark.parametrize(
