@@ -162,8 +162,8 @@ def _light_step(model: Any, optimizer: Any) -> Callable[[Any], None]:
 
 def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, rounds: int = 5) -> Figure:
     """Pure-Python per-sample work plus a light training step, main at 1 torch thread: samples/s of the
-    best of 1..usable-cores workers / num_workers=0, medians of `rounds` interleaved rounds. Torch-op
-    augmentation reported beside it.
+    best of 1..usable-cores workers / num_workers=0, the median of `rounds` interleaved rounds' ratios.
+    Torch-op augmentation reported beside it.
 
     `work` is the loop steps per sample. The main loop's share per batch (collating, the step) competes
     with the workers for the same cores; at 20,000 steps it was large enough that the figure sat on its
@@ -174,7 +174,18 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
     miss the floor, and the median of five was taken. That still read 1.42 to 1.94 on an idle machine:
     round by round, two workers over none ranged from 1.24 to 2.49 in four sweeps at 40,000. At 80,000
     the main process's share is halved again and the same rounds ranged from 1.72 to 1.93 in three
-    sweeps (medians 1.80 to 1.85), for about 11 s more per run."""
+    sweeps (medians 1.80 to 1.85), for about 11 s more per run.
+
+    The limit is the cores' combined speed, in units of the fastest: with or without workers every sample
+    costs the same CPU (its Python work, its share of the step), and the cores bound what all processes
+    together can do. On this course's virtual machine the host slows one core to about two thirds of the
+    other for seconds at a time: one idle --check run read 1.32, 1.46 and 1.82 against a flat limit of 2
+    (floor 1.5) while `core_speeds` read [0.67, 1.00]. So the cores' speeds are probed before each round
+    and after the last (`timing.core_speeds`), a round's limit is the mean of the probes around it, the
+    `num_workers=0` run is pinned to the core that was fastest, and each round's ratio is read within that
+    round. The figure is the median round's, its limit the median round limit, and its floor three
+    quarters of that limit. Where processes cannot be pinned (macOS, Windows) the limit is the core count
+    and the baseline floats."""
     import torch
 
     from helpers import loading
@@ -182,11 +193,20 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
     cores = usable_cores()
     model = torch.nn.Linear(8, 1)
     step = _light_step(model, torch.optim.SGD(model.parameters(), lr=0.01))
-    # The limit is the core count: with or without workers every sample costs the same CPU (its Python
-    # work, its share of the step), and the cores bound what all processes together can do. A figure
-    # above it (2.10 of 2, seen on an idle machine) came from a clock that counted an early worker's
-    # prefetched batches inside the window; measure_throughput now times each worker from its samples'
-    # own start and end stamps (see its docstring).
+    # A figure above the core count (2.10 of 2, seen on an idle machine) once came from a clock that
+    # counted an early worker's prefetched batches inside the window; measure_throughput now times each
+    # worker from its samples' own start and end stamps (see its docstring).
+    pins = pinnable_cores()
+    probes: list[list[float]] = []
+
+    def probe() -> int | None:
+        """The cores' speeds now; the fastest core, for the round's baseline."""
+        speeds = core_speeds()
+        if speeds is None or pins is None:
+            return None
+        probes.append(speeds)
+        return pins[speeds.index(max(speeds))]
+
     n = (batches + 2 * cores) * batch_size
     counts = range(cores + 1)
     with measure_load() as load:
@@ -196,7 +216,9 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
             # possible 2, under the floor): every worker count takes turns in each round, and each counts
             # with its median round.
             results = _by_workers(
-                loading.sweep(python_ds, counts, batch_size, step=step, progress=False, rounds=rounds)
+                loading.sweep(
+                    python_ds, counts, batch_size, step=step, progress=False, rounds=rounds, before_round=probe
+                )
             )
         # torch-op augmentation: the main process keeps the caller's count (every core by default)
         torch_ds = loading.TorchAugmentDataset(n=n)
@@ -204,6 +226,11 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
             loading.sweep(torch_ds, counts, batch_size, step=step, progress=False, rounds=rounds)
         )
     best = max(range(1, cores + 1), key=lambda k: results[k].samples_per_s)
+    best_rounds, base_rounds = (r.rounds or (r.samples_per_s,) for r in (results[best], results[0]))
+    ratio = spread(b / z for b, z in zip(best_rounds, base_rounds, strict=True))
+    capacity = [sum(speeds) for speeds in probes]
+    round_limits = [(a + b) / 2 for a, b in zip(capacity, capacity[1:], strict=False)]
+    limit = statistics.median(round_limits) if round_limits else float(cores)
     torch_best = max(range(1, cores + 1), key=lambda k: torch_results[k].samples_per_s)
     # Torch-op augmentation has no floor: how much workers add depends on how well the ops split over
     # the main process's threads, which varies with op size and from run to run. Its limit is the core
@@ -211,12 +238,17 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
     # (10.9 of 2 seen with a busy loop per core): the baseline's OpenMP threads, as many as the cores, spin
     # between ops at libgomp's full spin count while other programs hold the cores (notebook 00 §7), work
     # that the 1-thread workers never do. The reading is then "above the limit" for that reason.
+    baseline = "0 workers on the fastest core" if round_limits else "0 workers"
     return Figure(
-        ratio=results[best].samples_per_s / results[0].samples_per_s,
-        limit=float(cores),
-        floor=0.75 * cores,
-        what="pure-Python augmentation + light step, main at 1 thread: best 1..cores workers / 0 workers",
+        ratio=ratio.median,
+        limit=limit,
+        floor=0.75 * limit,
+        what=f"pure-Python augmentation + light step, main at 1 thread: best 1..cores workers / {baseline},"
+        " median round; limit: the cores' combined speed in units of the fastest, probed around each round",
         details={
+            "ratio_low": ratio.low,
+            "ratio_high": ratio.high,
+            "core_speeds_probed": probes,
             "best_num_workers": best,
             "samples_per_s_0": results[0].samples_per_s,
             "samples_per_s_best": results[best].samples_per_s,

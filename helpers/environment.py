@@ -7,11 +7,13 @@ torch is imported only inside `report()`, so that importing this module stays ch
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import platform
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ __all__ = [
     "report",
     "format_report",
     "pinnable_cores",
+    "pinned",
 ]
 
 
@@ -45,6 +48,25 @@ def pinnable_cores() -> list[int] | None:
     if not hasattr(os, "sched_setaffinity"):
         return None
     return sorted(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def pinned(core: int | None) -> Iterator[None]:
+    """This process runs on `core` alone inside the block, and where it could before afterwards; `None`
+    leaves it where it is. Processes started inside the block inherit the pin: start them outside."""
+    if core is None:
+        yield
+        return
+    cores = pinnable_cores()
+    if cores is None:
+        raise ValueError("pinning to a core needs os.sched_setaffinity, which only Linux has; pass None here")
+    if isinstance(core, bool) or not isinstance(core, int) or core not in cores:
+        raise ValueError(f"core must be one of this process's cores {cores}, got {core!r}")
+    os.sched_setaffinity(0, {core})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 def _mounts(mountinfo: str) -> list[tuple[str, str, str, str]]:

@@ -24,6 +24,7 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
+from helpers.environment import pinned
 from helpers.validate import non_negative, positive_int
 
 __all__ = [
@@ -519,6 +520,7 @@ def sweep(
     step: Callable[[Any], Any] | None = None,
     progress: bool = True,
     rounds: int = 1,
+    before_round: Callable[[], int | None] | None = None,
 ) -> list[Throughput]:
     """`measure_throughput` for each worker count, with a progress bar.
 
@@ -531,6 +533,9 @@ def sweep(
     spawn every start costs a fresh interpreter importing torch (seconds), which the rounds would
     otherwise pay again and again without measuring anything new. The start-up reported is the first
     round's, the one with fresh workers.
+    `before_round`, if given, is called before each round and once after the last (a probe of the
+    machine, as the bench's `dataloader_cpu` makes); the core it returns, if any, is where that round's
+    `num_workers=0` run is pinned.
     """
     if not workers:
         raise ValueError("workers must list at least one worker count")
@@ -548,8 +553,14 @@ def sweep(
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         loaders = {n: _stamped_loader(dataset, n, batch_size, persistent=rounds > 1) for n in workers}
         try:
-            for n in tqdm(plan, desc="num_workers", disable=not progress, leave=False):
-                runs[n].append(_measure(loaders[n], batches, step))
+            core = None
+            for i, n in enumerate(tqdm(plan, desc="num_workers", disable=not progress, leave=False)):
+                if before_round is not None and i % len(workers) == 0:
+                    core = before_round()
+                with pinned(core if n == 0 else None):  # workers start unpinned: their loaders' first run
+                    runs[n].append(_measure(loaders[n], batches, step))
+            if before_round is not None:
+                before_round()
         finally:
             del loaders  # persistent workers end with their loader
             gc.collect()  # see _COLLECT

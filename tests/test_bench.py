@@ -1,5 +1,6 @@
 import json
 import os
+import statistics
 
 import pytest
 
@@ -187,11 +188,21 @@ def test_a_figure_without_a_limit_is_not_read_as_a_speed_up(ratio, floor, expect
     assert text.startswith(expected) and "gain" not in text
 
 
-def test_dataloader_cpu_reads_medians_of_interleaved_rounds():
-    fig = bench.dataloader_cpu(work=200, batch_size=2, batches=4, rounds=2)
-    assert fig.ratio > 0 and fig.limit == fig.floor / 0.75
-    assert len(fig.details["rounds_0"]) == len(fig.details["rounds_best"]) == 2
-    assert fig.details["samples_per_s_0"] in fig.details["rounds_0"]
+def test_dataloader_cpu_reads_each_round_against_the_cores_speeds_around_it():
+    fig = bench.dataloader_cpu(work=200, batch_size=2, batches=4, rounds=3)
+    base, best = fig.details["rounds_0"], fig.details["rounds_best"]
+    assert len(base) == len(best) == 3 and fig.details["samples_per_s_0"] in base
+    assert fig.ratio == statistics.median(b / z for b, z in zip(best, base, strict=True))
+    assert fig.details["ratio_low"] <= fig.ratio <= fig.details["ratio_high"]
+    assert fig.floor == pytest.approx(0.75 * fig.limit)
+    probes = fig.details["core_speeds_probed"]
+    if timing.core_speeds() is None:  # no pinning (macOS, Windows): the core count
+        assert probes == [] and fig.limit == usable_cores()
+    else:  # one probe before each round and one after the last; each round between two
+        capacity = [sum(speeds) for speeds in probes]
+        assert len(probes) == 4 and all(max(speeds) == 1.0 for speeds in probes)
+        assert fig.limit == statistics.median((a + b) / 2 for a, b in zip(capacity, capacity[1:], strict=False))
+        assert 1.0 <= fig.limit <= usable_cores() and "fastest core" in fig.what
 
 
 def test_fsdp_state_bytes_figure_counts_half_the_state_per_rank():

@@ -136,3 +136,20 @@ def test_openmp_runtime_names_the_loaded_library():
 def test_cpu_quota_on_this_machine_is_none_or_positive():
     quota = environment.cpu_quota()
     assert quota is None or quota > 0
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning needs Linux")
+def test_pinned_runs_the_block_on_one_core_and_restores_the_rest():
+    cores = sorted(os.sched_getaffinity(0))
+    with environment.pinned(cores[-1]):
+        assert os.sched_getaffinity(0) == {cores[-1]}
+    assert sorted(os.sched_getaffinity(0)) == cores
+    with environment.pinned(None):
+        assert sorted(os.sched_getaffinity(0)) == cores
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning needs Linux")
+@pytest.mark.parametrize("core", [-1, 10_000, True, "0", 0.0])
+def test_pinned_refuses_a_core_this_process_cannot_use(core):
+    with pytest.raises(ValueError, match="core must be one of"), environment.pinned(core):
+        pass

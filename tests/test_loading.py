@@ -382,3 +382,35 @@ def test_the_unpaused_rate_is_the_baseline_rate_without_workers_and_bounds_it_wi
     assert 0 < beside.samples_per_s <= beside.unpaused_samples_per_s
     # each sample sleeps 2 ms, so two workers that never paused would load under 2 / 0.002 samples a second
     assert beside.unpaused_samples_per_s < 2 / 0.002
+
+
+class _AffinityDataset(torch.utils.data.Dataset):
+    """Each sample is the set of cores the loading process may run on (workers=[0] only: main process)."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.tensor(sorted(os.sched_getaffinity(0)))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning needs Linux")
+def test_sweep_pins_each_rounds_baseline_where_before_round_says_and_probes_after_the_last(monkeypatch):
+    cores = sorted(os.sched_getaffinity(0))
+    seen, calls = [], []
+    real = loading._measure
+
+    def measure(loader, batches, step):
+        seen.append(sorted(os.sched_getaffinity(0)))
+        return real(loader, batches, step)
+
+    monkeypatch.setattr(loading, "_measure", measure)
+
+    def before_round():
+        calls.append(len(seen))
+        return cores[-1]
+
+    loading.sweep(_AffinityDataset(), [0], batch_size=2, progress=False, rounds=2, before_round=before_round)
+    assert calls == [0, 1, 2]  # before each round and after the last
+    assert seen == [[cores[-1]], [cores[-1]]]
+    assert sorted(os.sched_getaffinity(0)) == cores  # unpinned again
