@@ -34,7 +34,7 @@ from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from helpers.environment import default_start_method
+from helpers.environment import default_start_method, pinnable_cores, pinned
 from helpers.errors import clean, short_error
 from helpers.launcher import (
     LOOPBACK,
@@ -47,7 +47,7 @@ from helpers.launcher import (
     torchrun_standalone,
     torchrun_two_nodes,
 )
-from helpers.timing import Load, Spread, measure_load, spread
+from helpers.timing import Load, Spread, core_speeds, measure_load, spread
 from helpers.validate import positive_int
 
 __all__ = [
@@ -79,6 +79,7 @@ __all__ = [
     "ddp_throughput",
     "timed_side_by_side",
     "weak_scaling",
+    "WeakScaling",
     "ddp_throughputs",
     "which_wins",
     "ring_timing",
@@ -606,7 +607,12 @@ def timed_side_by_side(
 ) -> dict[str, Any]:
     """Each round, rank 0 first trains a plain copy of the model alone (the others wait in a barrier,
     asleep), then every rank trains the DDP model: the one-process baseline and DDP take turns in the same
-    processes, so that a slow spell of the machine hits both sides instead of one launch."""
+    processes, so that a slow spell of the machine hits both sides instead of one launch.
+
+    Where processes can be pinned (Linux), rank 0 also probes the cores' speeds before each round and
+    after the last (`timing.core_speeds`, while the others wait), and trains alone on the core that was
+    fastest: a virtual machine's host can slow one core for seconds, and the baseline would otherwise run
+    at the speed of whichever core it landed on."""
     x = torch.randn(batch, width)
     y = torch.randint(0, 10, (batch,))
     step_ddp = _sgd_step(DDP(make_model(width=width, depth=depth, inputs=width, outputs=10)), x, y)
@@ -616,6 +622,16 @@ def timed_side_by_side(
         step_ddp()
         if step_alone is not None:
             step_alone()
+    cores = pinnable_cores() if rank == 0 else None
+    probes: list[list[float]] = []
+
+    def fastest_core() -> int | None:
+        speeds = core_speeds() if cores is not None else None
+        if speeds is None or cores is None:
+            return None
+        probes.append(speeds)
+        return cores[speeds.index(max(speeds))]
+
     single, together = [], []
     first = 0.0
     for r in range(rounds):
@@ -623,23 +639,34 @@ def timed_side_by_side(
         if r == 0:
             first = time.time()
         if step_alone is not None:
-            started = time.perf_counter()
-            for _ in range(steps):
-                step_alone()
-            single.append(time.perf_counter() - started)
+            with pinned(fastest_core()):
+                started = time.perf_counter()
+                for _ in range(steps):
+                    step_alone()
+                single.append(time.perf_counter() - started)
         dist.barrier()
         started = time.perf_counter()
         for _ in range(steps):
             step_ddp()
         dist.barrier()
         together.append(time.perf_counter() - started)
-    return {"single": single, "ddp": together, "first_step": first}
+    fastest_core()  # the speeds after the last round
+    return {"single": single, "ddp": together, "first_step": first, "core_speeds": probes}
+
+
+@dataclass(frozen=True)
+class WeakScaling:
+    """What `weak_scaling` measured: both sides' rounds, and the cores' speeds probed around them."""
+
+    single: TrainRun  # one process at 1 thread, on the core that was fastest where it could be pinned
+    ddp: TrainRun
+    core_speeds: list[list[float]]  # before each round and after the last; empty where nothing can be pinned
 
 
 def weak_scaling(
     world_size: int, batch: int = 1024, width: int = 512, depth: int = 3, steps: int = 5, rounds: int = 5
-) -> tuple[TrainRun, TrainRun]:
-    """(one process at 1 thread, DDP on `world_size` ranks at 1 thread each), measured in turns within one
+) -> WeakScaling:
+    """One process at 1 thread and DDP on `world_size` ranks at 1 thread each, measured in turns within one
     launch (`timed_side_by_side`); samples/s of each round, the DDP round timed as its slowest rank's."""
     world_size = positive_int("world_size", world_size)
     if world_size < 2:
@@ -659,7 +686,11 @@ def weak_scaling(
     startup = min(row["first_step"] for row in rows) - started
     single = [batch * steps / s for s in rows[0]["single"]]
     together = [world_size * batch * steps / max(row["ddp"][i] for row in rows) for i in range(rounds)]
-    return TrainRun(1, 1, single, startup, load.result), TrainRun(world_size, 1, together, startup, load.result)
+    return WeakScaling(
+        TrainRun(1, 1, single, startup, load.result),
+        TrainRun(world_size, 1, together, startup, load.result),
+        rows[0]["core_speeds"],
+    )
 
 
 def ddp_throughput(

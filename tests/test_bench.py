@@ -1,3 +1,4 @@
+import itertools
 import json
 import os
 import statistics
@@ -104,13 +105,36 @@ def test_pool_figures_are_registered():
 
 
 def test_ddp_speedup_figure_reports_the_threaded_baseline():
-    fig = bench.ddp_speedup(batch=16, width=16, depth=1, steps=2)
-    assert fig.ratio > 0 and fig.limit >= 1 and fig.floor == pytest.approx(0.7 * fig.limit)
-    cores = int(fig.limit)
+    fig = bench.ddp_speedup(batch=16, width=16, depth=1, steps=2, rounds=3)
+    assert fig.ratio > 0 and fig.floor == pytest.approx(0.7 * fig.limit)
+    assert fig.details["ratio_low"] <= fig.ratio <= fig.details["ratio_high"]
+    cores = usable_cores()
     assert {"samples_per_s_single", f"samples_per_s_ddp_{cores}", f"startup_s_ddp_{cores}", "start_method"} <= set(
         fig.details
     )
     assert f"samples_per_s_single_{cores}_threads" in fig.details
+
+
+def test_ddp_speedup_limit_is_the_ranks_times_the_slowest_core(monkeypatch):
+    """Every rank waits for the slowest at each all-reduce: with one of 2 cores at 0.6 of the other around a
+    round, that round's limit is 2 x 0.6, and the figure's the median round's."""
+    from helpers import distributed
+
+    if usable_cores() != 2:
+        pytest.skip("the probes below describe 2 cores")
+    run = distributed.TrainRun(1, 1, [100.0, 100.0], 0.0, timing.Load(0.0, 0.0, 2, 1.0))
+    ddp = distributed.TrainRun(2, 1, [150.0, 170.0], 0.0, timing.Load(0.0, 0.0, 2, 1.0))
+    probes = [[1.0, 0.6], [1.0, 0.6], [0.9, 1.0]]  # rounds' limits 1.2 and 1.5
+    measured = distributed.WeakScaling(run, ddp, probes)
+    monkeypatch.setattr(distributed, "weak_scaling", lambda *a, **k: measured)
+    monkeypatch.setattr(distributed, "ddp_throughput", lambda *a, **k: run)
+    fig = bench.ddp_speedup(rounds=2)
+    assert fig.ratio == pytest.approx(1.6) and fig.limit == pytest.approx(1.35) and fig.floor == pytest.approx(0.945)
+    assert fig.details["core_speeds_probed"] == probes and "fastest core" in fig.what
+    unpinned = distributed.WeakScaling(run, ddp, [])  # nothing could be pinned
+    monkeypatch.setattr(distributed, "weak_scaling", lambda *a, **k: unpinned)
+    fig = bench.ddp_speedup(rounds=2)
+    assert fig.limit == 2.0 and "fastest core" not in fig.what
 
 
 def test_ring_allreduce_figure_has_no_floor():
@@ -201,7 +225,7 @@ def test_dataloader_cpu_reads_each_round_against_the_cores_speeds_around_it():
     else:  # one probe before each round and one after the last; each round between two
         capacity = [sum(speeds) for speeds in probes]
         assert len(probes) == 4 and all(max(speeds) == 1.0 for speeds in probes)
-        assert fig.limit == statistics.median((a + b) / 2 for a, b in zip(capacity, capacity[1:], strict=False))
+        assert fig.limit == statistics.median((a + b) / 2 for a, b in itertools.pairwise(capacity))
         assert 1.0 <= fig.limit <= usable_cores() and "fastest core" in fig.what
 
 

@@ -427,9 +427,14 @@ def test_a_rank_gloo_aborted_still_reports_where_it_waited(tmp_path):
 
 
 def test_weak_scaling_measures_one_process_and_ddp_in_turns():
-    single, many = dd.weak_scaling(2, batch=8, width=8, depth=1, steps=2, rounds=3)
+    measured = dd.weak_scaling(2, batch=8, width=8, depth=1, steps=2, rounds=3)
+    single, many = measured.single, measured.ddp
     assert (single.world_size, many.world_size) == (1, 2) and len(single.rounds) == len(many.rounds) == 3
     assert single.samples_per_s > 0 and many.samples_per_s > 0 and many.startup >= 0
+    if hasattr(os, "sched_setaffinity"):  # the cores' speeds before each round and after the last
+        assert len(measured.core_speeds) == 4 and all(max(speeds) == 1.0 for speeds in measured.core_speeds)
+    else:
+        assert measured.core_speeds == []
     with pytest.raises(ValueError, match="world_size must be at least 2"):
         dd.weak_scaling(1)
     with pytest.raises(ValueError, match="rounds"):
