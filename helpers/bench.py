@@ -21,6 +21,7 @@ one without importing the bench back.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import multiprocessing as mp
@@ -37,7 +38,16 @@ from helpers import capstone, ddp_practice, model_parallel, orientation, scale
 from helpers.environment import default_start_method, pinnable_cores, usable_cores
 from helpers.errors import short_error
 from helpers.threads import torch_threads
-from helpers.timing import DISTURBED_CORES, Figure, Load, core_speeds, cores_given, measure_load, spread
+from helpers.timing import (
+    DISTURBED_CORES,
+    Figure,
+    Load,
+    core_speeds,
+    cores_given,
+    measure_load,
+    probe_fastest_core,
+    spread,
+)
 
 __all__ = [
     "Figure",
@@ -197,17 +207,7 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
     # A figure above the core count (2.10 of 2, seen on an idle machine) once came from a clock that
     # counted an early worker's prefetched batches inside the window; measure_throughput now times each
     # worker from its samples' own start and end stamps (see its docstring).
-    pins = pinnable_cores()
     probes: list[list[float]] = []
-
-    def probe() -> int | None:
-        """The cores' speeds now; the fastest core, for the round's baseline."""
-        speeds = core_speeds()
-        if speeds is None or pins is None:
-            return None
-        probes.append(speeds)
-        return pins[speeds.index(max(speeds))]
-
     n = (batches + 2 * cores) * batch_size
     counts = range(cores + 1)
     with measure_load() as load:
@@ -218,7 +218,13 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
             # with its median round.
             results = _by_workers(
                 loading.sweep(
-                    python_ds, counts, batch_size, step=step, progress=False, rounds=rounds, before_round=probe
+                    python_ds,
+                    counts,
+                    batch_size,
+                    step=step,
+                    progress=False,
+                    rounds=rounds,
+                    before_round=functools.partial(probe_fastest_core, probes),
                 )
             )
         # torch-op augmentation: the main process keeps the caller's count (every core by default)
@@ -229,9 +235,7 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
     best = max(range(1, cores + 1), key=lambda k: results[k].samples_per_s)
     best_rounds, base_rounds = (r.rounds or (r.samples_per_s,) for r in (results[best], results[0]))
     ratio = spread(b / z for b, z in zip(best_rounds, base_rounds, strict=True))
-    capacity = [sum(speeds) for speeds in probes]
-    round_limits = [(a + b) / 2 for a, b in itertools.pairwise(capacity)]
-    limit = statistics.median(round_limits) if round_limits else float(cores)
+    limit = _median_round_limit([sum(speeds) for speeds in probes], otherwise=float(cores))
     torch_best = max(range(1, cores + 1), key=lambda k: torch_results[k].samples_per_s)
     # Torch-op augmentation has no floor: how much workers add depends on how well the ops split over
     # the main process's threads, which varies with op size and from run to run. Its limit is the core
@@ -239,7 +243,7 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
     # (10.9 of 2 seen with a busy loop per core): the baseline's OpenMP threads, as many as the cores, spin
     # between ops at libgomp's full spin count while other programs hold the cores (notebook 00 §7), work
     # that the 1-thread workers never do. The reading is then "above the limit" for that reason.
-    baseline = "0 workers on the fastest core" if round_limits else "0 workers"
+    baseline = "0 workers on the fastest core" if probes else "0 workers"
     return Figure(
         ratio=ratio.median,
         limit=limit,
@@ -264,6 +268,13 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
             "load": load.result.as_dict(),
         },
     )
+
+
+def _median_round_limit(probed: list[float], otherwise: float) -> float:
+    """A figure's limit from a limit probed before each round and after the last: each round's is the mean
+    of the two probes around it, the figure's the median round's; `otherwise` when nothing was probed."""
+    rounds = [(before + after) / 2 for before, after in itertools.pairwise(probed)]
+    return statistics.median(rounds) if rounds else otherwise
 
 
 def _by_workers(runs: list[Any]) -> dict[int, Any]:
@@ -440,14 +451,13 @@ def ddp_speedup(batch: int = 1024, width: int = 512, depth: int = 3, steps: int 
     threaded = distributed.ddp_throughput(1, threads=cores, **shape)
     ratio = spread(m / s for m, s in zip(many.rounds, single.rounds, strict=True))
     pace = [world * min(speeds) for speeds in measured.core_speeds] if world == cores else []
-    round_limits = [(a + b) / 2 for a, b in itertools.pairwise(pace)]
-    limit = statistics.median(round_limits) if round_limits else float(cores)
+    limit = _median_round_limit(pace, otherwise=float(cores))
     return Figure(
         ratio=ratio.median,
         limit=limit,
         floor=0.7 * limit,
         what=f"DDP weak scaling, {world} ranks x 1 thread / 1 process x 1 thread"
-        f"{' on the fastest core' if round_limits else ''}: samples/s, {batch} samples per rank, median round;"
+        f"{' on the fastest core' if measured.core_speeds else ''}: samples/s, {batch} samples per rank, median round;"
         " limit: ranks x the slowest core's speed, probed around each round",
         details={
             "ratio_low": ratio.low,

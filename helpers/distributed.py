@@ -34,7 +34,7 @@ from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from helpers.environment import default_start_method, pinnable_cores, pinned
+from helpers.environment import default_start_method, pinned
 from helpers.errors import clean, short_error
 from helpers.launcher import (
     LOOPBACK,
@@ -47,7 +47,7 @@ from helpers.launcher import (
     torchrun_standalone,
     torchrun_two_nodes,
 )
-from helpers.timing import Load, Spread, core_speeds, measure_load, spread
+from helpers.timing import Load, Spread, measure_load, probe_fastest_core, spread
 from helpers.validate import positive_int
 
 __all__ = [
@@ -622,15 +622,8 @@ def timed_side_by_side(
         step_ddp()
         if step_alone is not None:
             step_alone()
-    cores = pinnable_cores() if rank == 0 else None
     probes: list[list[float]] = []
-
-    def fastest_core() -> int | None:
-        speeds = core_speeds() if cores is not None else None
-        if speeds is None or cores is None:
-            return None
-        probes.append(speeds)
-        return cores[speeds.index(max(speeds))]
+    fastest_core = functools.partial(probe_fastest_core, probes) if rank == 0 else lambda: None
 
     single, together = [], []
     first = 0.0

@@ -13,7 +13,6 @@ that load when it explains the result. Nothing here imports torch: spawned child
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from collections.abc import Iterable
@@ -23,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from helpers.environment import pinnable_cores, usable_cores
+from helpers.environment import pinnable_cores, pinned, usable_cores
 from helpers.validate import positive_int
 
 __all__ = [
@@ -144,14 +143,23 @@ def core_speeds(count: int = 300_000, trials: int = 3) -> list[float] | None:
     if cores is None:
         return None
     times: dict[int, list[float]] = {core: [] for core in cores}
-    try:
-        for _ in range(trials):
-            for core in times:
-                os.sched_setaffinity(0, {core})
+    for _ in range(trials):
+        for core in times:
+            with pinned(core):
                 times[core].append(_spin(count))
-    finally:
-        os.sched_setaffinity(0, cores)
     return _speeds_from(times)
+
+
+def probe_fastest_core(into: list[list[float]]) -> int | None:
+    """Probe the cores' speeds (`core_speeds`), keep them in `into`, and return the core that was fastest,
+    for a baseline that must not run at the speed of whichever core it lands on; None (nothing kept)
+    where a process cannot be pinned."""
+    speeds = core_speeds()
+    cores = pinnable_cores()
+    if speeds is None or cores is None:
+        return None
+    into.append(speeds)
+    return cores[speeds.index(max(speeds))]
 
 
 def _speeds_from(times: dict[int, list[float]]) -> list[float]:
