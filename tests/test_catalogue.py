@@ -192,3 +192,16 @@ def test_the_sites_error_index_is_the_catalogues() -> None:
     """site/error_index.md is generated (`python -m helpers.catalogue`): regenerate it after editing the TOML."""
     page = (REPO / "site" / "error_index.md").read_text()
     assert page == catalogue.error_index_markdown() + "\n", "site/error_index.md is stale: python -m helpers.catalogue"
+
+
+def test_the_command_answers_help_and_refuses_an_unknown_option(tmp_path, monkeypatch, capsys) -> None:
+    """`--help` once wrote the error index into a file named "--help"."""
+    from helpers.catalogue.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    for argv, code in ((["--help"], 0), (["--bogus"], 2)):
+        with pytest.raises(SystemExit) as stopped:
+            main(argv)
+        assert stopped.value.code == code
+    assert list(tmp_path.iterdir()) == [] and "usage: python -m helpers.catalogue" in capsys.readouterr().out
+    assert main([str(tmp_path / "index.md")]) == 0 and (tmp_path / "index.md").read_text().startswith("#")
