@@ -236,6 +236,9 @@ def jupyter_lab(root: Path, scratch: Path, report: Report) -> Iterator[Lab]:
         IPYTHONDIR=str(scratch / "ipython"),
     )
     _write_settings(scratch / "settings")
+    # It must exist: jupyter_server puts checkpoints in the system's temporary folder
+    # (/tmp/jupyter_checkpoints, left behind) when the parent of its checkpoint folder is not writable.
+    (scratch / "checkpoints").mkdir(parents=True, exist_ok=True)
     command = [
         str(LAB),
         "lab",
