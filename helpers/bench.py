@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import itertools
 import json
 import multiprocessing as mp
 import statistics
@@ -45,6 +44,7 @@ from helpers.timing import (
     core_speeds,
     cores_given,
     measure_load,
+    median_round_limit,
     probe_fastest_core,
     spread,
 )
@@ -235,7 +235,7 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
     best = max(range(1, cores + 1), key=lambda k: results[k].samples_per_s)
     best_rounds, base_rounds = (r.rounds or (r.samples_per_s,) for r in (results[best], results[0]))
     ratio = spread(b / z for b, z in zip(best_rounds, base_rounds, strict=True))
-    limit = _median_round_limit([sum(speeds) for speeds in probes], otherwise=float(cores))
+    limit = median_round_limit([sum(speeds) for speeds in probes], otherwise=float(cores))
     torch_best = max(range(1, cores + 1), key=lambda k: torch_results[k].samples_per_s)
     # Torch-op augmentation has no floor: how much workers add depends on how well the ops split over
     # the main process's threads, which varies with op size and from run to run. Its limit is the core
@@ -268,13 +268,6 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
             "load": load.result.as_dict(),
         },
     )
-
-
-def _median_round_limit(probed: list[float], otherwise: float) -> float:
-    """A figure's limit from a limit probed before each round and after the last: each round's is the mean
-    of the two probes around it, the figure's the median round's; `otherwise` when nothing was probed."""
-    rounds = [(before + after) / 2 for before, after in itertools.pairwise(probed)]
-    return statistics.median(rounds) if rounds else otherwise
 
 
 def _by_workers(runs: list[Any]) -> dict[int, Any]:
@@ -451,7 +444,7 @@ def ddp_speedup(batch: int = 1024, width: int = 512, depth: int = 3, steps: int 
     threaded = distributed.ddp_throughput(1, threads=cores, **shape)
     ratio = spread(m / s for m, s in zip(many.rounds, single.rounds, strict=True))
     pace = [world * min(speeds) for speeds in measured.core_speeds] if world == cores else []
-    limit = _median_round_limit(pace, otherwise=float(cores))
+    limit = median_round_limit(pace, otherwise=float(cores))
     return Figure(
         ratio=ratio.median,
         limit=limit,

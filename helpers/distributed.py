@@ -837,8 +837,14 @@ _ABORTED = "gloo aborted the process instead of raising"
 
 
 def _outcomes(results: dict[int, dict[str, Any]], demo: str) -> dict[int, Any]:
-    """Each rank's result of `demo`, or, for a rank that died before finishing it, how it ended."""
-    return {r: results[r].get(demo, f"{results[r].get('exit', 'no result')} ({_ABORTED})") for r in sorted(results)}
+    """Each rank's result of `demo`, or, for a rank that died before finishing it, how it ended. Only a
+    SIGABRT is gloo's abort; any other ending (an exit code from an error raised outside the demo, another
+    signal) is reported as it was, so that a real failure is not mistaken for the demo's known one."""
+    return {r: results[r].get(demo, _ending(results[r].get("exit", "no result"))) for r in sorted(results)}
+
+
+def _ending(exit_text: str) -> str:
+    return f"{exit_text} ({_ABORTED})" if exit_text == "killed by SIGABRT" else exit_text
 
 
 def uneven(

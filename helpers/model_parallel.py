@@ -1266,16 +1266,26 @@ def pipeline_timing(
 ) -> dict[str, Any]:
     """Seconds per pipeline step (GPipe, 2 stages of `layers` / 2 layers, `microbatches`), `repeats` steps
     after a warm-up, each from a barrier; rank 0 then times the same work in one process, taking turns with
-    the pipeline."""
+    the pipeline.
+
+    Where processes can be pinned (Linux), rank 0 also probes the cores' speeds before each timed step and
+    after the last (`timing.core_speeds`, while rank 1 waits in a barrier) and times the one process on the
+    core that was fastest: a virtual machine's host can slow one core for seconds, and the stages, which
+    run in step, then go at the slower core's pace (see `pipeline_speedup`)."""
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
+
+    from helpers.environment import pinned
+    from helpers.timing import probe_fastest_core
 
     _, stages = _pipe_model(widths=[PIPE["width"]] * (layers + 1))
     module = stages[rank]
     x, y = data(PIPE["microbatch"] * microbatches, PIPE["width"], PIPE["width"])
     schedule = make_schedule("GPipe", PipelineStage(module, rank, world_size, torch.device("cpu")), microbatches)
+    probes: list[list[float]] = []
     piped, single = [], []
     for repeat in range(repeats + 1):
+        core = probe_fastest_core(probes) if rank == 0 and repeat else None  # rank 1 waits at the barrier
         dist.barrier()
         start = time.perf_counter()
         if rank == 0:
@@ -1286,20 +1296,33 @@ def pipeline_timing(
         if repeat:
             piped.append(time.perf_counter() - start)
         if rank == 0 and repeat:
-            single += _time_single(microbatches, 1, layers=layers)  # rank 1 waits at the barrier: one core busy
+            with pinned(core):  # rank 1 waits at the barrier: one core busy
+                single += _time_single(microbatches, 1, layers=layers)
         dist.barrier()
-    return {"pipeline": piped, "single": single}
+    if rank == 0:
+        probe_fastest_core(probes)  # the speeds after the last step
+    dist.barrier()
+    return {"pipeline": piped, "single": single, "core_speeds": probes}
 
 
 def pipeline_speedup(microbatches: int = 8, repeats: int = 5, layers: int = 8) -> Any:
     """Pipeline speed-up: seconds of one process / of a 2-stage GPipe pipeline (2 ranks x 1 thread) for
     the same forward and backward of `microbatches` micro-batches on balanced, compute-heavy stages,
-    medians of `repeats` alternations; the limit p m / (m + p - 1).
+    medians of `repeats` alternations.
+
+    The limit is p m / (m + p - 1) times the slower core's speed: the stages run in step, so the pipeline
+    goes at the pace of the slower core, while the one process ran on the fastest (`pipeline_timing`). On an
+    idle machine that is the bubble's limit; on this course's virtual machine the host slows one core to
+    about two thirds of the other for seconds at a time, which would put the figure (about 1.19) under a
+    flat floor of 0.7 x 1.78. The speeds are probed around each step; a step's limit is the mean of the two
+    probes around it, the figure's the median step's, its floor 0.7 of that. Where processes cannot be
+    pinned, or with more than 2 usable cores (the ranks may then both run on fast cores), the limit is the
+    bubble's alone.
 
     `layers` is deeper than the notebook's 4 (PIPE): each micro-batch costs two sends of the same size
     whatever the depth, and with 2 layers a stage they took about a third of an idle 2-core machine's
     pipeline step (1.17x against this floor of 1.24x); with 4 a stage, 1.45x."""
-    from helpers.timing import Figure
+    from helpers.timing import Figure, median_round_limit
 
     m, repeats = positive_int("microbatches", microbatches), positive_int("repeats", repeats)
     layers = positive_int("layers", layers)
@@ -1316,16 +1339,21 @@ def pipeline_speedup(microbatches: int = 8, repeats: int = 5, layers: int = 8) -
         max(results[r]["pipeline_timing"]["pipeline"][i] for r in results) for i in range(repeats)
     )
     single = statistics.median(results[0]["pipeline_timing"]["single"])
+    probes = results[0]["pipeline_timing"]["core_speeds"]
     # The baseline a user would pick instead: one process with all usable cores' threads, timed here in the
     # main process after the ranks have ended (a forked rank must not raise its threads: OpenMP may hang).
     cores = usable_cores()
     single_all = statistics.median(_time_single(m, repeats, threads=cores, layers=layers))
-    limit = 2 * m / (m + 1)
+    bubble_limit = 2 * m / (m + 1)
+    pace = [bubble_limit * min(speeds) for speeds in probes] if cores == 2 else []
+    limit = median_round_limit(pace, otherwise=bubble_limit)
     return Figure(
         ratio=single / piped,
         limit=limit,
         floor=0.7 * limit,
-        what=f"2-stage GPipe pipeline, {m} micro-batches, 2 ranks x 1 thread / 1 process x 1 thread: seconds per step",
+        what=f"2-stage GPipe pipeline, {m} micro-batches, 2 ranks x 1 thread / 1 process x 1 thread"
+        f"{' on the fastest core' if probes else ''}: seconds per step;"
+        " limit: the bubble's times the slower core's speed, probed around each step",
         details={
             "pipeline_s": piped,
             "single_s": single,
@@ -1335,6 +1363,8 @@ def pipeline_speedup(microbatches: int = 8, repeats: int = 5, layers: int = 8) -
             "microbatches": m,
             "layers": layers,
             "bubble_formula": bubble_formula(2, m),
+            "bubble_limit": bubble_limit,
+            "core_speeds_probed": probes,
             "start_method": default_start_method(),
         },
     )

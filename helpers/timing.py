@@ -12,6 +12,7 @@ that load when it explains the result. Nothing here imports torch: spawned child
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -160,6 +161,13 @@ def probe_fastest_core(into: list[list[float]]) -> int | None:
         return None
     into.append(speeds)
     return cores[speeds.index(max(speeds))]
+
+
+def median_round_limit(probed: list[float], otherwise: float) -> float:
+    """A figure's limit from a limit probed before each round and after the last: each round's is the mean
+    of the two probes around it, the figure's the median round's; `otherwise` when nothing was probed."""
+    rounds = [(before + after) / 2 for before, after in itertools.pairwise(probed)]
+    return statistics.median(rounds) if rounds else otherwise
 
 
 def _speeds_from(times: dict[int, list[float]]) -> list[float]:

@@ -238,7 +238,16 @@ def test_fsdp_state_bytes_figure_counts_half_the_state_per_rank():
 
 def test_pipeline_speedup_figure_has_the_pipeline_limit():
     fig = bench.FIGURES["pipeline_speedup"](microbatches=2, repeats=1, layers=2)
-    assert fig.limit == pytest.approx(2 * 2 / 3) and fig.floor == pytest.approx(0.7 * fig.limit) and fig.ratio > 0
+    bubble = 2 * 2 / 3
+    probes = fig.details["core_speeds_probed"]
+    assert fig.details["bubble_limit"] == pytest.approx(bubble)
+    if usable_cores() == 2 and probes:  # one probe before the step, one after: the limit is their mean pace
+        assert len(probes) == 2 and all(max(speeds) == 1.0 for speeds in probes)
+        assert fig.limit == pytest.approx(statistics.mean(bubble * min(speeds) for speeds in probes))
+        assert "fastest core" in fig.what
+    else:
+        assert fig.limit == pytest.approx(bubble)
+    assert fig.floor == pytest.approx(0.7 * fig.limit) and fig.ratio > 0
     assert {"pipeline_s", "single_s", "single_all_threads_s", "faster", "microbatches", "bubble_formula"} <= set(
         fig.details
     )
@@ -246,6 +255,30 @@ def test_pipeline_speedup_figure_has_the_pipeline_limit():
     for bad in (3, 0):
         with pytest.raises(ValueError, match="layers"):
             bench.FIGURES["pipeline_speedup"](layers=bad)
+
+
+def test_pipeline_speedup_limit_is_the_bubbles_times_the_slower_core(monkeypatch):
+    """The stages run in step: with one of 2 cores at 0.6 of the other around a step, that step's limit is the
+    bubble's (2 m / (m + 1)) x 0.6, and the figure's the median step's; nothing probed: the bubble's alone."""
+    from helpers import model_parallel
+
+    if usable_cores() != 2:
+        pytest.skip("the probes below describe 2 cores")
+    probes = [[1.0, 0.6], [1.0, 0.6], [0.9, 1.0]]  # steps' paces 0.6 and 0.75 of the bubble's limit
+
+    def fake_launch(speeds):
+        timing_ = {"pipeline": [1.0, 1.0], "single": [1.5, 1.5], "core_speeds": speeds}
+        return lambda *a, **k: {0: {"pipeline_timing": timing_}, 1: {"pipeline_timing": {"pipeline": [1.0, 1.0]}}}
+
+    monkeypatch.setattr(model_parallel, "_time_single", lambda *a, **k: [1.0])
+    monkeypatch.setattr(model_parallel, "launch", fake_launch(probes))
+    fig = model_parallel.pipeline_speedup(microbatches=8, repeats=2)
+    bubble = 16 / 9
+    assert fig.ratio == pytest.approx(1.5) and fig.limit == pytest.approx(bubble * 0.675)
+    assert fig.floor == pytest.approx(0.7 * bubble * 0.675) and "fastest core" in fig.what
+    monkeypatch.setattr(model_parallel, "launch", fake_launch([]))  # nothing could be pinned
+    fig = model_parallel.pipeline_speedup(microbatches=8, repeats=2)
+    assert fig.limit == pytest.approx(bubble) and "fastest core" not in fig.what
 
 
 def test_chapter_09_figures_are_registered():

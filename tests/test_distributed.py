@@ -426,6 +426,20 @@ def test_a_rank_gloo_aborted_still_reports_where_it_waited(tmp_path):
     assert dd.first_error_after({0: {"outcome": "killed by SIGABRT"}}) is None
 
 
+def test_only_a_sigabrt_is_reported_as_gloos_abort():
+    results = {
+        0: {"uneven_barrier": {"outcome": "finished"}},
+        1: {"exit": "killed by SIGABRT"},
+        2: {"exit": "exit code 1"},
+        3: {},
+    }
+    outcomes = dd._outcomes(results, "uneven_barrier")
+    assert outcomes[0] == {"outcome": "finished"}
+    assert outcomes[1] == "killed by SIGABRT (gloo aborted the process instead of raising)"
+    assert outcomes[2] == "exit code 1"  # an error outside the demo, not gloo's abort
+    assert outcomes[3] == "no result"
+
+
 def test_weak_scaling_measures_one_process_and_ddp_in_turns():
     measured = dd.weak_scaling(2, batch=8, width=8, depth=1, steps=2, rounds=3)
     single, many = measured.single, measured.ddp

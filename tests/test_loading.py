@@ -385,7 +385,8 @@ def test_the_unpaused_rate_is_the_baseline_rate_without_workers_and_bounds_it_wi
 
 
 class _AffinityDataset(torch.utils.data.Dataset):
-    """Each sample is the set of cores the loading process may run on (workers=[0] only: main process)."""
+    """A tiny dataset for the pinning test, which reads where each round ran from `_measure`, not from the
+    samples (each sample is the loading process's cores, kept for whoever debugs that test)."""
 
     def __len__(self):
         return 8
