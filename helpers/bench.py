@@ -192,7 +192,7 @@ def dataloader_cpu(work: int = 80_000, batch_size: int = 8, batches: int = 40, r
     together can do. On this course's virtual machine the host slows one core to about two thirds of the
     other for seconds at a time: one idle --check run read 1.32, 1.46 and 1.82 against a flat limit of 2
     (floor 1.5) while `core_speeds` read [0.67, 1.00]. So the cores' speeds are probed before each round
-    and after the last (`timing.core_speeds`), a round's limit is the mean of the probes around it, the
+    and after the last (`timing.core_speeds`), a round's limit is the higher of the probes around it, the
     `num_workers=0` run is pinned to the core that was fastest, and each round's ratio is read within that
     round. The figure is the median round's, its limit the median round limit, and its floor three
     quarters of that limit. Where processes cannot be pinned (macOS, Windows) the limit is the core count
@@ -431,7 +431,7 @@ def ddp_speedup(batch: int = 1024, width: int = 512, depth: int = 3, steps: int 
     core count; on this course's virtual machine the host slows one core to about two thirds of the other
     for seconds at a time, which makes the limit 1.33 on 2 cores, under the old flat floor of 1.4 (one
     idle --check run read 1.39, 1.64 and 1.51). The cores' speeds are probed before each round and after
-    the last, a round's limit is the mean of the two probes around it, and the figure's limit is the
+    the last, a round's limit is the higher of the two probes around it, and the figure's limit is the
     median round's; its floor is 0.7 of that limit. Where processes cannot be pinned, or with more ranks
     than cores, the limit is the core count."""
     from helpers import distributed

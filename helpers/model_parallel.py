@@ -1314,10 +1314,10 @@ def pipeline_speedup(microbatches: int = 8, repeats: int = 5, layers: int = 8) -
     goes at the pace of the slower core, while the one process ran on the fastest (`pipeline_timing`). On an
     idle machine that is the bubble's limit; on this course's virtual machine the host slows one core to
     about two thirds of the other for seconds at a time, which would put the figure (about 1.19) under a
-    flat floor of 0.7 x 1.78. The speeds are probed around each step; a step's limit is the mean of the two
-    probes around it, the figure's the median step's, its floor 0.7 of that. Where processes cannot be
-    pinned, or with more than 2 usable cores (the ranks may then both run on fast cores), the limit is the
-    bubble's alone.
+    flat floor of 0.7 x 1.78. The speeds are probed around each step; a step's limit is the higher of the
+    two probes around it (`timing.median_round_limit` says why), the figure's the median step's, its floor
+    0.7 of that. Where processes cannot be pinned, or with more than 2 usable cores (the ranks may then both
+    run on fast cores), the limit is the bubble's alone.
 
     `layers` is deeper than the notebook's 4 (PIPE): each micro-batch costs two sends of the same size
     whatever the depth, and with 2 layers a stage they took about a third of an idle 2-core machine's
