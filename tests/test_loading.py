@@ -384,17 +384,6 @@ def test_the_unpaused_rate_is_the_baseline_rate_without_workers_and_bounds_it_wi
     assert beside.unpaused_samples_per_s < 2 / 0.002
 
 
-class _AffinityDataset(torch.utils.data.Dataset):
-    """A tiny dataset for the pinning test, which reads where each round ran from `_measure`, not from the
-    samples (each sample is the loading process's cores, kept for whoever debugs that test)."""
-
-    def __len__(self):
-        return 8
-
-    def __getitem__(self, i):
-        return torch.tensor(sorted(os.sched_getaffinity(0)))
-
-
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning needs Linux")
 def test_sweep_pins_each_rounds_baseline_where_before_round_says_and_probes_after_the_last(monkeypatch):
     cores = sorted(os.sched_getaffinity(0))
@@ -411,7 +400,8 @@ def test_sweep_pins_each_rounds_baseline_where_before_round_says_and_probes_afte
         calls.append(len(seen))
         return cores[-1]
 
-    loading.sweep(_AffinityDataset(), [0], batch_size=2, progress=False, rounds=2, before_round=before_round)
+    instant = loading.SleepyDataset(n=8, delay=0.0)
+    loading.sweep(instant, [0], batch_size=2, progress=False, rounds=2, before_round=before_round)
     assert calls == [0, 1, 2]  # before each round and after the last
     assert seen == [[cores[-1]], [cores[-1]]]
     assert sorted(os.sched_getaffinity(0)) == cores  # unpinned again
