@@ -173,6 +173,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config._tmp_made_by = {}  # type: ignore[attr-defined]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move everything the imports made (torch's modules above all: about 170,000 objects) out of the
+    garbage collector's sight. The helpers call `gc.collect()` after each run that may leave semaphores in
+    reference cycles, and with torch loaded each call walked all of those objects again: about 0.08 s, 66 s
+    of CPU over the unit pass's 537 calls. Objects made by the tests themselves are collected as before,
+    and forked children inherit the frozen generation."""
+    import gc
+
+    gc.freeze()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Note which test (or notebook cell) a /dev/shm or temporary-folder name first appeared during, so

@@ -319,7 +319,9 @@ class MemoryProbeDataset(Dataset):
 
 # _COLLECT: a DataLoader iterator's queues sit in reference cycles, so `del` alone leaves their
 # semaphores (named files in /dev/shm under spawn) alive until the garbage collector happens to run, and
-# they leak if the kernel is killed first. Every function here that ends an iterator collects at once.
+# they leak if the kernel is killed first. Every function here that ends an iterator with workers collects
+# at once. Without workers there are no queues, and a collection (about 60 ms with torch loaded) is skipped:
+# a test that timed 200 loaders without workers spent most of its 20 s of CPU collecting.
 
 
 @dataclass
@@ -384,7 +386,8 @@ def record_timeline(
             total = time.time() - t0  # the last batch processed; the clean-up below is not the loader's time
     finally:
         del iterator
-        gc.collect()  # see _COLLECT
+        if num_workers:
+            gc.collect()  # see _COLLECT
     return Timeline(num_workers, spans, consumed, first or 0.0, total)
 
 
@@ -498,7 +501,8 @@ def _measure(loader: DataLoader, batches: int | None, step: Callable[[Any], Any]
                 step(batch)
     finally:
         del iterator
-        gc.collect()  # see _COLLECT
+        if num_workers:
+            gc.collect()  # see _COLLECT
     if any(loading == 0 for *_, loading in windows.values()):
         raise ValueError(
             "the dataset's samples load faster than this machine's clock can time them (the timed samples of one"

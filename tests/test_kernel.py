@@ -80,3 +80,34 @@ kernel.stop_multiprocessing_helpers()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "1\n", done.stderr
     assert "leaked" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_imports_are_frozen_once_after_torch_is_loaded_and_later_garbage_is_still_collected():
+    code = """
+import gc
+from helpers import kernel
+print(kernel.freeze_imports(), gc.get_freeze_count() == 0)  # no torch yet: nothing frozen
+import torch
+print(kernel.freeze_imports(), gc.get_freeze_count() > 0, kernel.freeze_imports())
+cycle = []
+cycle.append(cycle)
+del cycle
+print(gc.collect() >= 1)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split("\n")[:3] == ["False True", "True True False", "True"], done.stderr
+
+
+def test_the_course_kernel_freezes_after_the_cell_that_imported_torch():
+    """Through a real kernel of this environment (`make setup` installs the course's kernel class)."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        outputs = []
+        for code in ("import gc, torch", "print(type(get_ipython().kernel).__name__, gc.get_freeze_count() > 0)"):
+            kc.execute_interactive(code, timeout=60, output_hook=lambda msg: outputs.append(msg["content"]))
+        assert any(o.get("text") == "CourseKernel True\n" for o in outputs), outputs
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
